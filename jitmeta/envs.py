@@ -1,0 +1,187 @@
+"""Every environment variable jitmeta reads, typed and validated, in one place.
+
+Values are read lazily at each access (never at import), so a test or an
+application can change them later; :func:`override` scopes values without
+touching ``os.environ``::
+
+    with jitmeta.envs.override(JITMETA_VARIANT="chunked", JITMETA_CHUNK=1024):
+        ...
+
+A malformed value raises :class:`EnvError` naming the variable, the value and what
+is accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+__all__ = ["EnvError", "Knob", "KNOBS", "get", "raw", "override", "describe"]
+
+
+class EnvError(ValueError):
+    """A jitmeta environment variable holds a value that cannot be used."""
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+_VARIANTS = ("static", "dynamic", "chunked")
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected 0/1 (or true/false, yes/no, on/off)")
+
+
+def _positive_int(lo: int = 1) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 0)
+        except ValueError:
+            raise ValueError(f"expected an integer >= {lo}") from None
+        if value < lo:
+            raise ValueError(f"expected an integer >= {lo}")
+        return value
+
+    return parse
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        low = text.strip().lower()
+        if low not in options:
+            raise ValueError("expected one of " + ", ".join(options))
+        return low
+
+    return parse
+
+
+def _arch(text: str) -> str:
+    from .heuristics.arch import normalize_arch  # local import: no cycles at import
+
+    return normalize_arch(text)
+
+
+def _path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a directory path")
+    return os.path.expanduser(text.strip())
+
+
+def _flags(text: str) -> tuple[str, ...]:
+    import shlex
+
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ValueError(f"expected shell-quoted NVRTC flags ({exc})") from None
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("JITMETA_CACHE_DIR", _path, None,
+             "cache root (default: platformdirs' user cache dir for 'jitmeta')"),
+        Knob("JITMETA_CACHE_MAX_BYTES", _positive_int(0), None,
+             "size cap of the disk cache; least-recently-used entries are pruned"),
+        Knob("JITMETA_OFFLINE", _parse_bool, False,
+             "1: never compile at run time; a miss raises with the warm command"),
+        Knob("JITMETA_DISABLE_DISK_CACHE", _parse_bool, False,
+             "1: keep compiled cubins in memory only"),
+        Knob("JITMETA_VARIANT", _choice(_VARIANTS), None,
+             "force a variant: static, dynamic or chunked"),
+        Knob("JITMETA_THREADS", _positive_int(32), None,
+             "threads per block (a multiple of 32, at most 1024)"),
+        Knob("JITMETA_CHUNK", _positive_int(32), None,
+             "tile size in elements of the chunked variant"),
+        Knob("JITMETA_SMEM_BUDGET", _positive_int(1), None,
+             "cap (bytes) on the shared memory the planner may use per block"),
+        Knob("JITMETA_ARCH", _arch, None,
+             "target arch override, e.g. sm_90a"),
+        Knob("JITMETA_NVRTC_FLAGS", _flags, (),
+             "extra NVRTC flags (part of the cache key)"),
+        Knob("JITMETA_CHECK_INPUTS", _parse_bool, False,
+             "1: validate context_lens values (syncs); raise on bad ones"),
+        Knob("JITMETA_LOG", _choice(_LOG_LEVELS), None,
+             "log level of the 'jitmeta' logger; debug dumps rendered source"),
+        Knob("JITMETA_ALLOW_SHARED_CACHE", _parse_bool, False,
+             "1: load entries from a cache directory writable by other users"),
+    )
+}
+
+_global_overrides: list[dict[str, Any]] = []
+_lock = threading.Lock()
+
+
+def _lookup_override(name: str) -> tuple[bool, Any]:
+    for layer in reversed(_global_overrides):
+        if name in layer:
+            return True, layer[name]
+    return False, None
+
+
+def raw(name: str) -> Any:
+    """The unparsed value of ``name`` (override or environment), for cache tokens."""
+    found, value = _lookup_override(name)
+    return value if found else os.environ.get(name)
+
+
+def get(name: str) -> Any:
+    """Return the parsed value of ``name`` (an override, else the environment)."""
+    knob = KNOBS[name]
+    found, raw = _lookup_override(name)
+    if found:
+        if raw is None:
+            return knob.default
+        if not isinstance(raw, str):  # an already-typed value from override()
+            return raw
+    else:
+        raw = os.environ.get(name)
+        if raw is None:
+            return knob.default
+    try:
+        return knob.parse(raw)
+    except ValueError as exc:
+        raise EnvError(f"Unable to use {name}={raw!r}: {exc}. ({knob.help})") from None
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Temporarily set knobs, process-wide, for the duration of the block.
+
+    Strings are parsed and validated like the environment; ``None`` means the
+    default; any other value is taken as already typed.
+    """
+    for name in values:
+        if name not in KNOBS:
+            raise KeyError(f"unknown jitmeta knob {name!r}; known: {', '.join(KNOBS)}")
+    layer = dict(values)
+    with _lock:
+        _global_overrides.append(layer)
+    try:
+        yield
+    finally:
+        with _lock:
+            for i in range(len(_global_overrides) - 1, -1, -1):
+                if _global_overrides[i] is layer:
+                    del _global_overrides[i]
+                    break
+
+
+def describe() -> list[tuple[str, str]]:
+    """(name, help) for every knob, for documentation and ``--help``."""
+    return [(k.name, k.help) for k in KNOBS.values()]

@@ -1,0 +1,245 @@
+"""The planner: which kernel variant serves a shape, with which parameters, and why.
+
+Pure Python (no GPU, no compiler). Batch size is a run-time argument of every
+variant, so a cubin is identified by :attr:`Plan.code` alone, and a whole range of
+batch sizes maps to a handful of cubins (:func:`codes_for_batches`).
+
+Variants (identical output):
+
+* ``static``  — the whole batch in a static ``__shared__`` tile of a power-of-two
+  capacity bucket; chosen while it fits the 48 KiB static limit.
+* ``dynamic`` — the whole batch in dynamic shared memory sized at launch; one cubin
+  for every batch up to the per-block opt-in limit.
+* ``chunked`` — fixed tiles of ``chunk`` elements, one block per tile, two launches
+  (summarize tiles, then combine + emit); bounded shared memory, unlimited batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from .. import envs
+from .arch import DeviceLimits
+
+__all__ = ["Plan", "PlanError", "CodeSpec", "plan", "codes_for_batches",
+           "smem_static", "smem_dynamic", "smem_chunked", "SCHEDULES", "VARIANTS",
+           "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK"]
+
+SCHEDULES = ("smxx", "sm90")
+VARIANTS = ("static", "dynamic", "chunked")
+MIN_STATIC_CAPACITY = 1024
+DEFAULT_THREADS = 1024
+DEFAULT_CHUNK = 8192
+WORD = 4  # bytes per element held in shared memory (one uint32 prefix sum)
+
+
+def summary_bytes(varlen: bool) -> int:
+    """Bytes of one scan summary: a sum (dense) or two sums and two parities (varlen)."""
+    return 16 if varlen else 4
+
+
+class PlanError(ValueError):
+    """No plan can serve the request under the given limits or overrides."""
+
+
+# --- shared-memory formulas (must match templates/paged_mqa_metadata.cu.j2) ---------
+
+# Each "static" figure is what the cubin's .nv.shared.<kernel> section holds: the
+# arrays declared by the kernel plus the block's reserved system bytes (1 KiB on
+# sm_90 and later, DeviceLimits.smem_reserved_bytes). The planner checks static +
+# dynamic against the limits with the reserved bytes included.
+
+def smem_scratch(threads: int, varlen: bool) -> int:
+    """Bytes of the block-scan scratch: one summary per warp plus two."""
+    return (threads // 32 + 2) * summary_bytes(varlen)
+
+
+def smem_static(capacity: int, threads: int, varlen: bool, reserved: int) -> int:
+    """Static variant: a ``capacity + 1`` word tile (one halo word) + scratch."""
+    return (capacity + 1) * WORD + smem_scratch(threads, varlen) + reserved
+
+
+def smem_dynamic(batch: int, threads: int, varlen: bool, reserved: int
+                 ) -> tuple[int, int]:
+    """Dynamic variant: (static bytes, dynamic tile bytes at launch); the dynamic
+    tile starts 16-byte aligned, so the static part is rounded up to 16."""
+    static = smem_scratch(threads, varlen) + reserved
+    return -(-static // 16) * 16, (batch + 1) * WORD
+
+
+def smem_chunked(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
+    """Chunked variant (both kernels): a static ``chunk + 1`` word tile + scratch."""
+    return (chunk + 1) * WORD + smem_scratch(threads, varlen) + reserved
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """Everything that changes the generated code (and so the cubin)."""
+
+    variant: str
+    varlen: bool
+    schedule: str
+    split_kv: int
+    threads: int
+    capacity: int  # static: tile words; chunked: chunk words; dynamic: 0 (run time)
+    arch: str
+
+    @property
+    def name(self) -> str:
+        v = "varlen" if self.varlen else "dense"
+        return (f"{self.variant}_{v}_{self.schedule}_kv{self.split_kv}_t{self.threads}"
+                f"_c{self.capacity}_{self.arch}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A variant decision for one shape, with the numbers behind it."""
+
+    code: CodeSpec
+    batch: int
+    next_n: int
+    num_sms: int
+    grid: int
+    smem_static_bytes: int
+    smem_dynamic_bytes: int
+    reason: str
+
+    @property
+    def variant(self) -> str:
+        return self.code.variant
+
+    @property
+    def threads(self) -> int:
+        return self.code.threads
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_static_bytes + self.smem_dynamic_bytes
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("code")
+        d.update(asdict(self.code))
+        d["smem_bytes"] = self.smem_bytes
+        d["code_name"] = self.code.name
+        return d
+
+
+def _bucket(batch: int) -> int:
+    cap = MIN_STATIC_CAPACITY
+    while cap < batch:
+        cap *= 2
+    return cap
+
+
+def _threads(limits: DeviceLimits) -> int:
+    threads = envs.get("JITMETA_THREADS") or DEFAULT_THREADS
+    if threads % 32 or threads > min(1024, limits.max_threads_per_block):
+        raise PlanError(f"JITMETA_THREADS={threads} is not usable: expected a multiple "
+                        f"of 32 no larger than {min(1024, limits.max_threads_per_block)}")
+    return threads
+
+
+def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
+         schedule: str, limits: DeviceLimits) -> Plan:
+    """Choose the variant and parameters for one shape.
+
+    Honours ``JITMETA_VARIANT``, ``JITMETA_THREADS``, ``JITMETA_CHUNK``,
+    ``JITMETA_SMEM_BUDGET`` and ``JITMETA_ARCH``. Never returns a plan whose shared
+    memory exceeds the limits; a forced variant that cannot fit raises
+    :class:`PlanError`.
+    """
+    if schedule not in SCHEDULES:
+        raise PlanError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if batch < 1 or next_n < 1 or num_sms < 1 or split_kv < 1:
+        raise PlanError(f"batch, next_n, num_sms and split_kv must be >= 1; got "
+                        f"{batch}, {next_n}, {num_sms}, {split_kv}")
+    arch = envs.get("JITMETA_ARCH") or limits.arch
+    budget = envs.get("JITMETA_SMEM_BUDGET")
+    lim = limits.with_budget(budget)
+    threads = _threads(limits)
+    forced = envs.get("JITMETA_VARIANT")
+    chunk = envs.get("JITMETA_CHUNK") or DEFAULT_CHUNK
+    budget_note = f" (smem budget {budget} B)" if budget is not None else ""
+
+    def spec(variant: str, capacity: int) -> CodeSpec:
+        return CodeSpec(variant, bool(varlen), schedule, int(split_kv), threads,
+                        capacity, arch)
+
+    rsv = lim.smem_reserved_bytes
+
+    def make(variant: str, why: str) -> Plan | None:
+        if variant == "static":
+            cap = _bucket(batch)
+            smem = smem_static(cap, threads, varlen, rsv)
+            if smem > lim.smem_static_bytes:
+                return None
+            return Plan(spec("static", cap), batch, next_n, num_sms, 1, smem, 0,
+                        f"{why}: static tile of {cap} words = {smem} B <= "
+                        f"{lim.smem_static_bytes} B static limit{budget_note}")
+        if variant == "dynamic":
+            st, dyn = smem_dynamic(batch, threads, varlen, rsv)
+            if st + dyn > lim.smem_optin_bytes:
+                return None
+            return Plan(spec("dynamic", 0), batch, next_n, num_sms, 1, st, dyn,
+                        f"{why}: dynamic tile of {batch + 1} words, {st + dyn} B <= "
+                        f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
+        smem = smem_chunked(chunk, threads, varlen, rsv)
+        if smem > lim.smem_static_bytes:
+            return None
+        grid = -(-batch // chunk)
+        return Plan(spec("chunked", chunk), batch, next_n, num_sms, grid, smem, 0,
+                    f"{why}: {grid} tile(s) of {chunk} elements, {smem} B static smem "
+                    f"per block{budget_note}")
+
+    if forced is not None:
+        p = make(forced, "forced by JITMETA_VARIANT")
+        if p is None:
+            raise PlanError(
+                f"JITMETA_VARIANT={forced} cannot serve batch {batch} on {arch}: its "
+                f"shared memory would exceed the limit (static {lim.smem_static_bytes} B,"
+                f" opt-in {lim.smem_optin_bytes} B{budget_note}); unset JITMETA_VARIANT "
+                "or use 'chunked', which fits any batch")
+        return p
+    for variant, why in (("static", "batch fits a static bucket"),
+                         ("dynamic", "batch too large for static smem"),
+                         ("chunked", "batch too large for one block's smem")):
+        p = make(variant, why)
+        if p is not None:
+            return p
+    raise PlanError(f"no variant fits the shared-memory limits: JITMETA_CHUNK={chunk} "
+                    f"with {threads} threads needs {smem_chunked(chunk, threads, varlen, rsv)} B of "
+                    f"static smem, more than {lim.smem_static_bytes} B{budget_note}")
+
+
+def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bool
+                ) -> list[int]:
+    """Batch sizes in [lo, hi] where the plan can change (the planner is monotone)."""
+    points = {lo, hi}
+    cap = MIN_STATIC_CAPACITY
+    while cap <= hi:
+        points.update((cap, cap + 1))
+        cap *= 2
+    # largest dynamic batch under the opt-in limit and the budget
+    lim = limits.with_budget(envs.get("JITMETA_SMEM_BUDGET"))
+    st, _ = smem_dynamic(0, threads, varlen, lim.smem_reserved_bytes)
+    dyn_max = (lim.smem_optin_bytes - st) // WORD - 1
+    points.update((dyn_max, dyn_max + 1))
+    return sorted(p for p in points if lo <= p <= hi)
+
+
+def codes_for_batches(batches: Iterable[tuple[int, int]], next_n: int, varlen: bool,
+                      num_sms: int, split_kv: int, schedule: str,
+                      limits: DeviceLimits) -> dict[CodeSpec, Plan]:
+    """The distinct cubins (with one example plan each) serving batch ranges.
+
+    ``batches`` is an iterable of inclusive ``(lo, hi)`` ranges.
+    """
+    threads = _threads(limits)
+    out: dict[CodeSpec, Plan] = {}
+    for lo, hi in batches:
+        for b in _boundaries(lo, hi, limits, threads, varlen):
+            p = plan(b, next_n, varlen, num_sms, split_kv, schedule, limits)
+            out.setdefault(p.code, p)
+    return out

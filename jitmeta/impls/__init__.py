@@ -1,0 +1,1 @@
+"""Code generation (render) and launch of the schedule kernels."""

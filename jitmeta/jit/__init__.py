@@ -1,0 +1,1 @@
+"""Compile (NVRTC), cache (disk + memory) and run (driver) the generated kernels."""

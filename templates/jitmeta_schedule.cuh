@@ -1,0 +1,312 @@
+// jitmeta: the paged-MQA-logits schedule (SPEC section 2) as ordinary CUDA C++.
+//
+// Self-contained (NVRTC has no standard headers). The generated stub
+// (paged_mqa_metadata.cu.j2) inlines this file and instantiates Schedule<...>.
+//
+// One block owns a "slab" of elements [lo, lo + n): requests (dense) or tokens
+// (varlen). It loads a weight per element into a shared tile, scans the tile
+// (each thread walks a contiguous slice; a block-wide scan joins the slices), and
+// then every SM row whose start falls inside the slab is found by a binary search in
+// the tile. The static and dynamic variants run one block over the whole batch; the
+// chunked variant runs one block per fixed-size slab, after a first launch that
+// summarizes every slab (so each block knows its carry-in and the grand total).
+//
+// Varlen atoms: a token is an atom start iff its offset from the start of its run of
+// equal indices is even. That parity is a two-state automaton, so a slab is
+// summarized by a function of the incoming parity q (the parity of the token before
+// it): the weight it adds, sum[q], and the parity of its last token, p[q]. Those
+// functions compose associatively, so slices and slabs are joined by ordinary scans.
+// Within a slab's tile each varlen word packs seg | boundary << 31, where seg =
+// ceil(ctx / split_kv) fits 31 bits because ctx is a non-negative int32.
+
+namespace jitmeta {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+constexpr u32 kBoundary = 1u << 31;
+constexpr u32 kSegMask = kBoundary - 1u;
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Programmatic dependent launch: wait for the preceding grid's memory.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Scan element: for dense mode only sum[0] is used.
+template <bool VARLEN> struct Summary;
+
+template <> struct Summary<false> {
+    u32 sum;
+    __device__ __forceinline__ static Summary identity() { return {0u}; }
+    // "a then b"
+    __device__ __forceinline__ static Summary compose(const Summary& a, const Summary& b) {
+        return {a.sum + b.sum};
+    }
+    __device__ __forceinline__ Summary shfl_up(u32 delta) const {
+        return {__shfl_up_sync(0xffffffffu, sum, delta)};
+    }
+    __device__ __forceinline__ Summary shfl(int lane) const {
+        return {__shfl_sync(0xffffffffu, sum, lane)};
+    }
+    __device__ __forceinline__ u32 total(u32) const { return sum; }
+    __device__ __forceinline__ u32 parity(u32) const { return 0u; }
+};
+
+template <> struct Summary<true> {
+    u32 sum0, sum1;  // weight added when the incoming parity is 0 / 1
+    u32 p0, p1;      // parity of the last token when the incoming parity is 0 / 1
+    __device__ __forceinline__ static Summary identity() { return {0u, 0u, 0u, 1u}; }
+    __device__ __forceinline__ static Summary compose(const Summary& a, const Summary& b) {
+        return {a.sum0 + (a.p0 ? b.sum1 : b.sum0), a.sum1 + (a.p1 ? b.sum1 : b.sum0),
+                a.p0 ? b.p1 : b.p0, a.p1 ? b.p1 : b.p0};
+    }
+    __device__ __forceinline__ Summary shfl_up(u32 delta) const {
+        return {__shfl_up_sync(0xffffffffu, sum0, delta),
+                __shfl_up_sync(0xffffffffu, sum1, delta),
+                __shfl_up_sync(0xffffffffu, p0, delta),
+                __shfl_up_sync(0xffffffffu, p1, delta)};
+    }
+    __device__ __forceinline__ Summary shfl(int lane) const {
+        return {__shfl_sync(0xffffffffu, sum0, lane), __shfl_sync(0xffffffffu, sum1, lane),
+                __shfl_sync(0xffffffffu, p0, lane), __shfl_sync(0xffffffffu, p1, lane)};
+    }
+    __device__ __forceinline__ u32 total(u32 q) const { return q ? sum1 : sum0; }
+    __device__ __forceinline__ u32 parity(u32 q) const { return q ? p1 : p0; }
+};
+
+// Parity of the (virtual) token before token 0: token 0 is a run boundary anyway.
+constexpr u32 kInitialParity = 1u;
+
+template <int THREADS, u32 SPLIT_KV, bool VARLEN, bool SM90>
+struct Schedule {
+    typedef Summary<VARLEN> S;
+    static constexpr int kWarps = THREADS / 32;
+
+    // Shared scratch of the block scan: one summary per warp, plus two broadcast slots.
+    struct Scratch {
+        S warp[kWarps];
+        S broadcast[2];
+    };
+
+    __device__ __forceinline__ static u32 segs(int ctx) {
+        return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;
+    }
+
+    // start(s) of SPEC section 2 step 4 (uint32 arithmetic).
+    __device__ __forceinline__ static u32 sm_start(u32 s, u32 q, u32 r, u32 num_sms) {
+        if (SM90) {
+            const u32 pivot = num_sms - r;
+            return s * q + (s > pivot ? s - pivot : 0u);
+        }
+        return s * q + (s < r ? s : r);
+    }
+
+    // First s in [0, num_sms] with start(s) >= x (num_sms + 1 if none).
+    __device__ __forceinline__ static u32 first_sm_at_or_after(u32 x, u32 q, u32 r,
+                                                               u32 num_sms) {
+        u32 lo = 0, hi = num_sms + 1;
+        while (lo < hi) {
+            const u32 mid = (lo + hi) >> 1;
+            if (sm_start(mid, q, r, num_sms) >= x) hi = mid; else lo = mid + 1;
+        }
+        return lo;
+    }
+
+    // Inclusive-then-exclusive block scan of one summary per thread. Returns the
+    // exclusive prefix of this thread; *block_total gets the whole block's summary.
+    __device__ __forceinline__ static S block_exclusive_scan(S v, Scratch& sc,
+                                                             S* block_total) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        S inc = v;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const S o = inc.shfl_up(d);
+            if (lane >= d) inc = S::compose(o, inc);
+        }
+        S exc = inc.shfl_up(1);
+        if (lane == 0) exc = S::identity();
+        if (lane == 31) sc.warp[warp] = inc;
+        __syncthreads();
+        if (warp == 0) {
+            S w = lane < kWarps ? sc.warp[lane] : S::identity();
+            S winc = w;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const S o = winc.shfl_up(d);
+                if (lane >= d) winc = S::compose(o, winc);
+            }
+            S wexc = winc.shfl_up(1);
+            if (lane == 0) wexc = S::identity();
+            if (lane < kWarps) sc.warp[lane] = wexc;
+            if (lane == 31) sc.broadcast[0] = winc;
+        }
+        __syncthreads();
+        const S result = S::compose(sc.warp[warp], exc);
+        *block_total = sc.broadcast[0];
+        __syncthreads();  // scratch may be reused right after
+        return result;
+    }
+
+    // Loads slab [lo, lo + n) into tile[0..n) and a halo word into tile[n].
+    // dense: tile[i] = A * segs(ctx[e, next_n - 1]); varlen: seg | boundary << 31,
+    // the halo being the next token's word (or a boundary when there is none).
+    __device__ __forceinline__ static void load_tile(u32* tile, const int* __restrict__ ctx,
+                                                     const int* __restrict__ idx, u32 lo,
+                                                     u32 n, u32 batch, u32 next_n,
+                                                     u32 atoms) {
+        for (u32 i = threadIdx.x; i <= n; i += THREADS) {
+            const u32 e = lo + i;
+            if (VARLEN) {
+                u32 w = kBoundary;
+                if (e < batch) {
+                    const bool boundary = e == 0 || __ldg(idx + e) != __ldg(idx + e - 1);
+                    w = segs(__ldg(ctx + e)) | (boundary ? kBoundary : 0u);
+                }
+                tile[i] = w;
+            } else if (i < n) {
+                tile[i] = atoms * segs(__ldg(ctx + (u64)e * next_n + (next_n - 1)));
+            }
+        }
+    }
+
+    // Summary of this thread's slice [b, end) of the tile (before any overwrite), and
+    // for varlen the packed word just after the slice in *after.
+    __device__ __forceinline__ static S summarize_slice(const u32* tile, u32 b, u32 end,
+                                                        u32* after) {
+        if constexpr (!VARLEN) {
+            u32 sum = 0;
+            for (u32 i = b; i < end; ++i) sum += tile[i];
+            *after = 0u;
+            return S{sum};
+        } else {
+            u32 sum0 = 0, sum1 = 0, p0 = 0, p1 = 1;
+            u32 cur = b < end ? tile[b] : 0u;
+            for (u32 i = b; i < end; ++i) {
+                const u32 next = tile[i + 1];
+                const bool bnd = cur & kBoundary;
+                p0 = bnd ? 0u : p0 ^ 1u;
+                p1 = bnd ? 0u : p1 ^ 1u;
+                const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
+                sum0 += p0 ? 0u : seg;
+                sum1 += p1 ? 0u : seg;
+                cur = next;
+            }
+            *after = cur;
+            return S{sum0, sum1, p0, p1};
+        }
+    }
+
+    // Overwrites the slice with inclusive prefix sums starting from `base`.
+    __device__ __forceinline__ static void prefix_slice(u32* tile, u32 b, u32 end, u32 base,
+                                                        u32 parity, u32 after) {
+        u32 acc = base;
+        if constexpr (!VARLEN) {
+            for (u32 i = b; i < end; ++i) { acc += tile[i]; tile[i] = acc; }
+        } else {
+            u32 p = parity;
+            u32 cur = b < end ? tile[b] : 0u;
+            for (u32 i = b; i < end; ++i) {
+                const u32 next = i + 1 < end ? tile[i + 1] : after;
+                p = (cur & kBoundary) ? 0u : p ^ 1u;
+                const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
+                acc += p ? 0u : seg;
+                tile[i] = acc;
+                cur = next;
+            }
+        }
+    }
+
+    // Slice of the tile owned by this thread: contiguous, ceil(n / THREADS) long.
+    __device__ __forceinline__ static void slice(u32 n, u32* b, u32* end) {
+        const u32 per = (n + THREADS - 1) / THREADS;
+        const u32 bb = min(n, threadIdx.x * per);
+        *b = bb;
+        *end = min(n, bb + per);
+    }
+
+    // Summary of the whole slab (chunked variant, first launch).
+    __device__ __forceinline__ static S summarize_tile(const u32* tile, u32 n, Scratch& sc) {
+        u32 b, end, after;
+        slice(n, &b, &end);
+        S total;
+        block_exclusive_scan(summarize_slice(tile, b, end, &after), sc, &total);
+        return total;
+    }
+
+    // Scans the loaded slab (carry-in: `carry` composed of all earlier slabs) and
+    // writes the rows of every SM whose start lies in it. `total` is the grand total
+    // (ignored when `whole`: the slab is the whole batch and its own sum is the total);
+    // `last` says this slab also owns the rows at start == total.
+    __device__ __forceinline__ static void emit_tile(u32* tile, u32 lo, u32 n, S carry,
+                                                     u32 total, bool whole, bool last,
+                                                     u32 batch,
+                                                     u32 atoms, u32 num_sms,
+                                                     int* __restrict__ out, Scratch& sc) {
+        u32 b, end, after = 0;
+        slice(n, &b, &end);
+        const S mine = summarize_slice(tile, b, end, &after);
+        S block;
+        const S before = S::compose(carry, block_exclusive_scan(mine, sc, &block));
+        prefix_slice(tile, b, end, before.total(kInitialParity),
+                     before.parity(kInitialParity), after);
+        __syncthreads();
+
+        const u32 base = carry.total(kInitialParity);
+        const u32 slab_end = base + block.total(carry.parity(kInitialParity));
+        if (whole) total = slab_end;
+        const u32 q = total / num_sms, r = total % num_sms;
+        const u32 s_lo = first_sm_at_or_after(base, q, r, num_sms);
+        const u32 s_hi = last ? num_sms + 1 : first_sm_at_or_after(slab_end, q, r, num_sms);
+        for (u32 s = s_lo + threadIdx.x; s < s_hi; s += THREADS) {
+            const u32 x = sm_start(s, q, r, num_sms);
+            int2 row;
+            if (x >= slab_end) {  // only in the last slab: start(s) == total
+                row = make_int2((int)(VARLEN ? batch : batch * atoms), 0);
+            } else {
+                u32 lo_i = 0, hi_i = n;  // first i with tile[i] > x
+                while (lo_i < hi_i) {
+                    const u32 mid = (lo_i + hi_i) >> 1;
+                    if (tile[mid] > x) hi_i = mid; else lo_i = mid + 1;
+                }
+                const u32 prev = lo_i ? tile[lo_i - 1] : base;
+                const u32 off = x - prev;
+                if (VARLEN) {
+                    row = make_int2((int)(lo + lo_i), (int)off);
+                } else {
+                    const u32 nseg = (tile[lo_i] - prev) / atoms;
+                    row = make_int2((int)((lo + lo_i) * atoms + off / nseg), (int)(off % nseg));
+                }
+            }
+            if (SM90 && !VARLEN && s == num_sms) row = make_int2((int)(batch * atoms), 0);
+            reinterpret_cast<int2*>(out)[s] = row;
+        }
+    }
+
+    // Ordered composition of ws[0..count): *before = ws[0..g), returns all of them.
+    __device__ __forceinline__ static S combine_slabs(const S* __restrict__ ws, u32 count,
+                                                      u32 g, S* before, Scratch& sc) {
+        const u32 per = (count + THREADS - 1) / THREADS;
+        const u32 b = min(count, threadIdx.x * per), end = min(count, b + per);
+        S all = S::identity(), part = S::identity();
+        for (u32 i = b; i < end; ++i) {
+            const S w = ws[i];
+            all = S::compose(all, w);
+            if (i < g) part = S::compose(part, w);
+        }
+        S total_all, total_part;
+        block_exclusive_scan(all, sc, &total_all);
+        block_exclusive_scan(part, sc, &total_part);
+        *before = total_part;
+        return total_all;
+    }
+};
+
+}  // namespace jitmeta
