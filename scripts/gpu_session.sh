@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Everything jitmeta checks on the GPU machine, in one call (device tool):
+#   bash scripts/gpu_session.sh [tests] [sanitize] [bench]     (default: all three)
+# Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried).
+set -u -o pipefail
+OUT=${OUT:-$PWD/.device-out}; mkdir -p "$OUT"
+stages=${*:-tests sanitize bench}
+export PYTHONUNBUFFERED=1 JITMETA_CACHE_DIR=${JITMETA_CACHE_DIR:-/tmp/jitmeta-cache}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+    --target /tmp/site . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+export PYTHONPATH=/tmp/site
+cd /tmp   # import the installed package, not the checkout
+repo=$OLDPWD
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c "import torch, jitmeta; print('torch', torch.__version__, 'jitmeta', jitmeta.__version__)" | tee -a "$OUT/device.txt"
+rc=0
+for stage in $stages; do
+  case $stage in
+    tests)
+      python3 -m pytest -p no:cacheprovider -q -m gpu -rA "$repo/tests" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+            > "$OUT/sanitizer-$tool.log" 2>&1
+        r=$?; echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
+        rc=$((rc | r))
+      done ;;
+    bench)
+      if [ -f "$repo/bench/benchmark_metadata.py" ]; then
+        python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+        rc=$((rc | ${PIPESTATUS[0]}))
+      fi ;;
+  esac
+done
+exit $rc

@@ -1,0 +1,152 @@
+"""GPU: every kernel variant bit-exact against the reference (issue 2's matrix).
+
+Runs only where a CUDA GPU is present (marker ``gpu``); elsewhere each test is
+skipped with the reason shown by ``pytest -ra``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+import jitmeta
+from jitmeta import envs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="no CUDA GPU here: kernel tests run on the device machine"),
+]
+
+BATCHES = [1, 31, 32, 33, 1023, 1024, 4064, 4096, 8192, 65536, 2**20]
+NUM_SMS = [1, 8, 132, 1024, 4096]
+LENGTHS = ["zeros", "ones", "split_edges", "mixed", "huge_one"]
+SEED = int(os.environ.get("JITMETA_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+print(f"[test_gpu_kernels] seed={SEED} (set JITMETA_TEST_SEED={SEED} to reproduce)")
+
+# The largest batch each forced variant can take on an H200-class part.
+VARIANT_MAX = {"static": 8192, "dynamic": 57000, "chunked": 2**24}
+
+
+def make_lengths(kind: str, batch: int, next_n: int, gen: torch.Generator) -> torch.Tensor:
+    shape = (batch, next_n)
+    if kind == "zeros":
+        return torch.zeros(shape, dtype=torch.int32)
+    if kind == "ones":
+        return torch.ones(shape, dtype=torch.int32)
+    if kind == "split_edges":
+        choices = torch.tensor([255, 256, 257, 511, 512, 513, 1], dtype=torch.int32)
+        return choices[torch.randint(0, len(choices), shape, generator=gen)]
+    if kind == "mixed":
+        t = torch.randint(0, 20000, shape, generator=gen, dtype=torch.int32)
+        t[torch.rand(shape, generator=gen) < 0.2] = 0
+        return t
+    if kind == "huge_one":
+        t = torch.randint(0, 300, shape, generator=gen, dtype=torch.int32)
+        t[torch.randint(0, batch, (1,), generator=gen)] = 131072
+        return t
+    raise ValueError(kind)
+
+
+def make_indices(batch: int, gen: torch.Generator) -> torch.Tensor:
+    """Runs of length 1..4 of request ids, ids shuffled (unsorted, some reused)."""
+    runs = torch.randint(1, 5, (batch,), generator=gen)
+    ids = torch.repeat_interleave(torch.arange(batch), runs)[:batch]
+    perm = torch.randperm(batch, generator=gen)
+    ids = perm[ids] % max(1, batch // 3 + 1)  # unsorted, non-adjacent repeats
+    return ids.to(torch.int32)
+
+
+def check(ctx: torch.Tensor, num_sms: int, idx, schedule: str, what: str) -> None:
+    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, num_sms, idx, schedule=schedule)
+    want = jitmeta.reference_schedule(ctx, num_sms, idx, schedule=schedule)
+    if not torch.equal(got, want):
+        diff = (got != want).any(dim=1).nonzero().flatten()[:5].tolist()
+        rows = [(r, got[r].tolist(), want[r].tolist()) for r in diff]
+        pytest.fail(f"{what}: mismatch at rows (row, got, want) {rows}; seed={SEED}")
+
+
+@pytest.mark.parametrize("schedule", ["smxx", "sm90"])
+@pytest.mark.parametrize("mode", ["next_n=1", "next_n=2", "next_n=3", "next_n=4",
+                                  "next_n=5", "next_n=6", "varlen"])
+@pytest.mark.parametrize("variant", ["static", "dynamic", "chunked"])
+def test_variant_matrix(variant, mode, schedule):
+    gen = torch.Generator().manual_seed(SEED)
+    rng = random.Random(SEED)
+    varlen = mode == "varlen"
+    next_n = 1 if varlen else int(mode.split("=")[1])
+    dev = torch.device("cuda")
+    n_cases = 0
+    with envs.override(JITMETA_VARIANT=variant):
+        for batch in BATCHES:
+            if batch > VARIANT_MAX[variant]:
+                continue
+            for kind in LENGTHS:
+                ctx = make_lengths(kind, batch, next_n, gen).to(dev)
+                idx = make_indices(batch, gen).to(dev) if varlen else None
+                # all num_sms for small batches; a random subset for the big ones
+                sms = NUM_SMS if batch <= 8192 else rng.sample(NUM_SMS, 2)
+                for num_sms in sms:
+                    check(ctx, num_sms, idx, schedule,
+                          f"{variant} {mode} {schedule} batch={batch} lengths={kind} "
+                          f"num_sms={num_sms}")
+                    n_cases += 1
+    assert n_cases > 0
+
+
+@pytest.mark.parametrize("chunk", [32, 1000, 4096])
+def test_chunked_small_tiles(chunk):
+    """Many slabs: carries (sums and varlen parities) cross slab boundaries often."""
+    gen = torch.Generator().manual_seed(SEED + chunk)
+    with envs.override(JITMETA_VARIANT="chunked", JITMETA_CHUNK=chunk):
+        for batch in (chunk - 1, chunk, chunk + 1, 3 * chunk + 7, 20000):
+            for varlen in (False, True):
+                ctx = make_lengths("mixed", batch, 1, gen).cuda()
+                idx = make_indices(batch, gen).cuda() if varlen else None
+                if varlen and batch > 100:  # one run spanning several slabs
+                    idx[10:batch - 10] = 7
+                for schedule in ("smxx", "sm90"):
+                    check(ctx, 132, idx, schedule,
+                          f"chunk={chunk} batch={batch} varlen={varlen} {schedule}")
+
+
+def test_seed_scenario():
+    """The issue's prefill: batch 8192, all lengths 4096, two tokens per request."""
+    ctx = torch.full((8192, 1), 4096, dtype=torch.int32, device="cuda")
+    idx = (torch.arange(8192, device="cuda") // 2).to(torch.int32)
+    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, indices=idx)
+    assert torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx))
+
+
+def test_batch_2p20_varlen_default_plan():
+    gen = torch.Generator().manual_seed(SEED)
+    ctx = make_lengths("mixed", 2**20, 1, gen).cuda()
+    idx = make_indices(2**20, gen).cuda()
+    for schedule in ("smxx", "sm90"):
+        check(ctx, 132, idx, schedule, f"2^20 varlen {schedule}")
+
+
+def test_out_and_current_stream():
+    gen = torch.Generator().manual_seed(SEED)
+    ctx = make_lengths("mixed", 5000, 2, gen).cuda()
+    out = torch.full((133, 2), -1, dtype=torch.int32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        res = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    assert res is out
+    assert torch.equal(out, jitmeta.reference_schedule(ctx, 132))
+
+
+def test_bad_input_on_gpu_raises_not_faults():
+    ctx = torch.ones(10, 1, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="indices"):
+        jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, torch.zeros(10, dtype=torch.int32))
+    with pytest.raises(ValueError, match="out"):
+        jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132,
+                                              out=torch.empty(133, 2, dtype=torch.int32))
+    torch.cuda.synchronize()
