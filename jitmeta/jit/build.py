@@ -7,11 +7,13 @@ the process counters (:func:`stats`) and the offline-mode and read-only policies
 from __future__ import annotations
 
 import datetime
+import json
 import logging
+import os
 import shlex
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import envs
 from ..heuristics.plan import CodeSpec, Plan
@@ -44,12 +46,18 @@ _lock = threading.Lock()
 _memory: dict[str, Built] = {}
 _key_locks: dict[str, threading.Lock] = {}
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0, "misses": 0,
-          "offline_misses": 0, "publish_lost": 0}
+          "offline_misses": 0, "publish_lost": 0, "quarantined": 0, "pruned": 0}
 _caches: dict[str, DiskCache] = {}
 
 
 def stats() -> dict[str, int]:
-    """Process-wide counters: memory/disk hits, compiles, misses."""
+    """Process-wide counters of this process.
+
+    ``memory_hits``, ``disk_hits``, ``compiles``, ``misses`` (not in memory nor on
+    disk), ``offline_misses``, ``publish_lost`` (another process published first),
+    ``quarantined`` (bad entries found on load) and ``pruned`` (entries evicted to
+    honour JITMETA_CACHE_MAX_BYTES).
+    """
     with _lock:
         return dict(_stats)
 
@@ -82,24 +90,72 @@ def key_for(code: CodeSpec) -> tuple[str, str, CompileOptions, tuple[str, ...]]:
     return cache_key(source, options.as_bytes(), code.arch, names), source, options, names
 
 
-def warm_command(plan: Plan) -> str:
-    """The ``jitmeta-cache warm`` command that produces ``plan``'s cubin."""
+def warm_command(plan: Plan, cache_dir=None) -> str:
+    """The ``jitmeta-cache warm`` command that produces ``plan``'s cubin.
+
+    Planner and compiler knobs in effect are prefixed as environment assignments;
+    ``cache_dir`` adds ``--cache-dir`` so that the command fills that exact cache.
+    """
     c = plan.code
     env = []
-    for name, val in (("JITMETA_VARIANT", envs.get("JITMETA_VARIANT")),
-                      ("JITMETA_THREADS", envs.get("JITMETA_THREADS")),
-                      ("JITMETA_CHUNK", envs.get("JITMETA_CHUNK")),
-                      ("JITMETA_SMEM_BUDGET", envs.get("JITMETA_SMEM_BUDGET"))):
+    for name in ("JITMETA_VARIANT", "JITMETA_THREADS", "JITMETA_CHUNK",
+                 "JITMETA_SMEM_BUDGET"):
+        val = envs.get(name)
         if val is not None:
             env.append(f"{name}={val}")
     flags = envs.get("JITMETA_NVRTC_FLAGS")
     if flags:
         env.append("JITMETA_NVRTC_FLAGS=" + shlex.quote(" ".join(flags)))
-    cmd = (f"jitmeta-cache warm --arch {c.arch} --num-sms {plan.num_sms} "
-           f"--batch {plan.batch} --next-n {plan.next_n} "
-           f"--varlen {'yes' if c.varlen else 'no'} --format {c.schedule} "
-           f"--split-kv {c.split_kv}")
-    return " ".join(env + [cmd])
+    cmd = ["jitmeta-cache"]
+    if cache_dir is not None:
+        cmd += ["--cache-dir", shlex.quote(str(cache_dir))]
+    cmd += ["warm", "--arch", c.arch, "--num-sms", str(plan.num_sms), "--batch",
+            str(plan.batch), "--next-n", str(plan.next_n), "--varlen",
+            "yes" if c.varlen else "no", "--format", c.schedule, "--split-kv",
+            str(c.split_kv)]
+    return " ".join(env + cmd)
+
+
+def _code_command(code: CodeSpec, cache_dir=None) -> str:
+    """Best-effort warm command when only the code (no shape) is known."""
+    where = f" --cache-dir {shlex.quote(str(cache_dir))}" if cache_dir is not None else ""
+    return (f"jitmeta-cache{where} warm --arch {code.arch} --varlen "
+            f"{'yes' if code.varlen else 'no'} --format {code.schedule} --split-kv "
+            f"{code.split_kv} --batch <the batch sizes you serve>")
+
+
+def _record_miss(code: CodeSpec, plan: Plan | None, key: str, offline: bool) -> None:
+    """Append one JSON line describing a miss to JITMETA_MISS_MANIFEST (if set).
+
+    One ``write`` of one short line to an ``O_APPEND`` file: lines from concurrent
+    processes do not interleave. ``jitmeta-cache warm --manifest FILE`` replays it.
+    """
+    path = envs.get("JITMETA_MISS_MANIFEST")
+    if not path:
+        return
+    record = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "key": key, "code": {k: getattr(code, k) for k in code.__dataclass_fields__},
+        "nvrtc_flags": list(envs.get("JITMETA_NVRTC_FLAGS")), "offline": bool(offline),
+        "plan": plan.to_dict() if plan is not None else None,
+    }
+    line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        with _lock:
+            first = path not in _manifest_warned
+            _manifest_warned.add(path)
+        if first:
+            log.warning("jitmeta: cannot record misses to JITMETA_MISS_MANIFEST=%s (%s)",
+                        path, exc)
+
+
+_manifest_warned: set[str] = set()
 
 
 def _metadata(code: CodeSpec, plan: Plan | None, options: CompileOptions,
@@ -133,14 +189,14 @@ def build(code: CodeSpec, plan: Plan | None = None, *, cache: DiskCache | None =
     hit = _memory.get(key)
     if hit is not None:
         _count("memory_hits")
-        return hit
+        return replace(hit, source="memory")
     with _lock:
         klock = _key_locks.setdefault(key, threading.Lock())
     with klock:
         hit = _memory.get(key)
         if hit is not None:
             _count("memory_hits")
-            return hit
+            return replace(hit, source="memory")
         built = _build_locked(code, plan, key, source, options, names, cache, offline)
         _memory[key] = built
         return built
@@ -151,33 +207,37 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
     use_disk = not envs.get("JITMETA_DISABLE_DISK_CACHE")
     disk = (cache or cache_for_root()) if use_disk else None
     if disk is not None:
+        disk.problems.pop(key, None)
         entry = disk.load(key)
         if entry is not None:
             _count("disk_hits")
             log.debug("cache hit %s (%s) in %s", key[:16], code.name, disk.root)
             return Built(key, code, entry.cubin, names, entry.meta, "disk")
+        if key in disk.problems:  # a bad entry was found and moved aside
+            _count("quarantined")
     _count("misses")
+    _record_miss(code, plan, key, bool(offline))
     if offline:
         _count("offline_misses")
-        where = f"the cache at {disk.root}" if disk is not None else "memory (disk cache disabled)"
-        example = plan if plan is not None else None
-        cmd = warm_command(example) if example is not None else \
-            f"jitmeta-cache warm --arch {code.arch} ..."
-        raise OfflineMissError(
-            f"JITMETA_OFFLINE=1 and no cubin for {code.name} (key {key[:16]}) is in "
-            f"{where}. Produce it at build time with:\n    {cmd}\n"
-            "(or unset JITMETA_OFFLINE to compile at run time)")
+        raise OfflineMissError(_offline_message(code, plan, key, disk))
     lock = None
-    if disk is not None and disk.writable():
+    can_publish = disk is not None and disk.writable()
+    if can_publish:
         disk.sweep_tmp()
-        lock = disk.lock(key)
         try:
+            lock = disk.lock(key)
             lock.acquire()
-        except Exception:  # noqa: BLE001 - filelock.Timeout or an unusable lock dir
-            disk.warn_once("lock", f"jitmeta: could not take the compile lock for "
-                                   f"{key[:16]} in time; compiling without it")
+        except Exception as exc:  # noqa: BLE001 - filelock.Timeout, an unusable lock dir
+            disk.warn_once("lock", f"jitmeta: no compile lock for {key[:16]} ({exc}); "
+                                   "compiling without it (duplicate work is possible, "
+                                   "results are not affected)")
             lock = None
-        entry = disk.load(key)  # the lock holder may have published it meanwhile
+        try:
+            entry = disk.load(key)  # the lock holder may have published it meanwhile
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         if entry is not None:
             if lock is not None:
                 lock.release()
@@ -195,15 +255,55 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
         _count("compiles")
         meta = _metadata(code, plan, options, names, result.cubin,
                          time.perf_counter() - t0, result.nvrtc_version)
-        if disk is not None and lock is not None:
-            try:
-                _, won = disk.publish(key, result.cubin, meta)
-                if not won:
-                    _count("publish_lost")
-            except (OSError, CacheError) as exc:
-                disk.warn_once("publish", f"jitmeta: could not write to cache {disk.root} "
-                                          f"({exc}); keeping cubins in memory")
+        if can_publish:
+            _publish(disk, key, result.cubin, meta, source)
         return Built(key, code, result.cubin, names, meta, "compiled")
     finally:
         if lock is not None:
             lock.release()
+
+
+def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -> None:
+    """Publish, then hold the cache to JITMETA_CACHE_MAX_BYTES (LRU, sparing ``key``)."""
+    try:
+        _, won = disk.publish(key, cubin, meta, source)
+    except (OSError, CacheError) as exc:
+        disk.warn_once("publish", f"jitmeta: could not write to cache {disk.root} "
+                                  f"({exc}); keeping cubins in memory")
+        return
+    if not won:
+        _count("publish_lost")
+        return
+    cap = envs.get("JITMETA_CACHE_MAX_BYTES")
+    if cap is not None:
+        removed = disk.prune(max_bytes=cap, protect=(key,))
+        if removed:
+            with _lock:
+                _stats["pruned"] += len(removed)
+            log.debug("pruned %d LRU entries of %s to JITMETA_CACHE_MAX_BYTES=%d",
+                      len(removed), disk.root, cap)
+
+
+def _offline_message(code: CodeSpec, plan: Plan | None, key: str,
+                     disk: DiskCache | None) -> str:
+    if plan is not None:
+        what = (f"{code.name} (batch {plan.batch}, next_n {plan.next_n}, "
+                f"{'varlen' if code.varlen else 'non-varlen'}, {plan.num_sms} SMs, "
+                f"format {code.schedule}, split_kv {code.split_kv}, {code.arch})")
+    else:
+        what = code.name
+    if disk is None:
+        where = "memory (JITMETA_DISABLE_DISK_CACHE=1 leaves no disk cache to read)"
+    else:
+        where = f"the cache at {disk.root}"
+        problem = disk.problems.get(key)
+        if problem:
+            where += f" (its entry was bad: {problem}; it was quarantined)"
+    root = disk.root if disk is not None else None
+    cmd = warm_command(plan, cache_dir=root) if plan is not None else \
+        _code_command(code, cache_dir=root)
+    return (f"JITMETA_OFFLINE=1 and no cubin for {what}, key {key[:16]}, is in {where}. "
+            f"Produce it ahead of time (no GPU needed) with:\n    {cmd}\n"
+            "then ship the cache (jitmeta-cache export/import), or unset JITMETA_OFFLINE "
+            "to compile at run time. Set JITMETA_MISS_MANIFEST=FILE to record every miss "
+            "and replay them with 'jitmeta-cache warm --manifest FILE'.")
