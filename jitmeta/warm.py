@@ -6,16 +6,19 @@ start-up (before CUDA-graph capture) too.
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from . import envs
 from .heuristics.arch import DeviceLimits, limits_for_arch
 from .heuristics.plan import SCHEDULES, CodeSpec, Plan, codes_for_batches
 from .jit import build as jit_build
 
-__all__ = ["warm", "WarmResult", "parse_batches", "plans_for"]
+__all__ = ["warm", "warm_manifest", "read_manifest", "WarmResult", "parse_batches",
+           "plans_for"]
 
 
 def parse_batches(text: str) -> list[tuple[int, int]]:
@@ -98,17 +101,29 @@ def warm(arch: str | Sequence[str] | None = None, *, device: int | None = None,
         archs = [arch] if isinstance(arch, str) or arch is None else list(arch)
         limits = [limits_for_arch(a or "sm_90", num_sms) for a in archs]
     wanted = plans_for(limits, batches, next_n, varlen, schedules, split_kv, num_sms)
-    result = WarmResult()
-    todo = list(wanted.items())
 
-    def one(item):
-        code, p = item
-        built = jit_build.build(code, p, cache=cache)
+    def after(code: CodeSpec, p: Plan) -> None:
         if load and device is not None:
             from .api import prepare
 
             prepare(device, p.batch, p.next_n, code.varlen, p.num_sms, code.split_kv,
                     code.schedule)
+
+    result = _build_all(list(wanted.items()), jobs, cache, progress, after)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _build_all(todo: list, jobs: int, cache, progress, after=None,
+               result: WarmResult | None = None) -> WarmResult:
+    """Build (code, plan-or-None) items on ``jobs`` threads (NVRTC releases the GIL)."""
+    result = result if result is not None else WarmResult()
+
+    def one(item):
+        code, p = item
+        built = jit_build.build(code, p, cache=cache)
+        if after is not None and p is not None:
+            after(code, p)
         return built
 
     done = 0
@@ -119,7 +134,10 @@ def warm(arch: str | Sequence[str] | None = None, *, device: int | None = None,
             try:
                 built = fut.result()
             except Exception as exc:  # noqa: BLE001 - reported in the summary
-                key = jit_build.key_for(code)[0]
+                try:
+                    key = jit_build.key_for(code)[0]
+                except Exception:  # noqa: BLE001 - the render itself failed
+                    key = code.name
                 result.failed.append((key, f"{type(exc).__name__}: {exc}"))
             else:
                 result.plans[built.key] = p
@@ -128,5 +146,67 @@ def warm(arch: str | Sequence[str] | None = None, *, device: int | None = None,
             done += 1
             if progress is not None:
                 progress(done, len(todo))
+    return result
+
+
+def read_manifest(path) -> tuple[list[tuple[CodeSpec, Plan | None, tuple[str, ...]]],
+                                 list[str]]:
+    """Parse a miss manifest (``JITMETA_MISS_MANIFEST``): one JSON object per line.
+
+    Returns (items, errors): each item is (code, example plan or None, NVRTC flags)
+    with duplicates (same code and flags) dropped; ``errors`` name bad lines.
+    """
+    items, errors, seen = [], [], set()
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                code = CodeSpec(**rec["code"])
+                flags = tuple(rec.get("nvrtc_flags") or ())
+                if not all(isinstance(x, str) for x in flags):
+                    raise TypeError("nvrtc_flags must be strings")
+                plan = None
+                pd = rec.get("plan")
+                if pd:
+                    plan = Plan(code, *(pd[k] for k in (
+                        "batch", "next_n", "num_sms", "grid", "smem_static_bytes",
+                        "smem_dynamic_bytes", "reason")))
+            except (ValueError, TypeError, KeyError) as exc:
+                errors.append(f"{path}:{lineno}: not a miss record ({exc})")
+                continue
+            if (code, flags) in seen:
+                continue
+            seen.add((code, flags))
+            items.append((code, plan, flags))
+    return items, errors
+
+
+def warm_manifest(path, *, jobs: int = 1, cache=None,
+                  progress: Callable[[int, int], None] | None = None) -> WarmResult:
+    """Build every configuration recorded in a miss manifest (``warm --manifest``).
+
+    Each record names the exact code and NVRTC flags that missed, so the replay
+    produces the very keys that were looked up, whatever the planner knobs now.
+    """
+    t0 = time.perf_counter()
+    items, errors = read_manifest(path)
+    result = WarmResult()
+    result.failed.extend(("-", e) for e in errors)
+    groups: dict[tuple[str, ...], list] = {}
+    for code, plan, flags in items:
+        groups.setdefault(flags, []).append((code, plan))
+    total = len(items)
+    base = 0
+
+    def step(done: int, _n: int) -> None:
+        if progress is not None:
+            progress(base + done, total)
+
+    for flags, todo in groups.items():  # flags are process-wide: one group at a time
+        with envs.override(JITMETA_NVRTC_FLAGS=flags):
+            _build_all(todo, jobs, cache, step, result=result)
+        base += len(todo)
     result.seconds = time.perf_counter() - t0
     return result

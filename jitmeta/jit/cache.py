@@ -52,7 +52,9 @@ from typing import Iterable, Iterator
 from .. import envs
 
 __all__ = ["SCHEMA_VERSION", "cache_key", "CacheEntry", "DiskCache", "default_root",
-           "CacheError", "lock_dir", "meta_checksum", "ENTRY_FILES"]
+           "CacheError", "lock_dir", "meta_checksum", "parse_meta", "cubin_mismatch",
+           "deep_problem", "cubin_problem", "makedirs_private", "ENTRY_FILES", "CUBIN",
+           "SOURCE", "META", "STAMP"]
 
 log = logging.getLogger("jitmeta")
 
@@ -238,6 +240,69 @@ def cubin_problem(cubin: bytes, arch: str | None = None,
     return None
 
 
+def parse_meta(key: str, raw: bytes) -> tuple[str | None, dict]:
+    """(problem or None, meta) of an entry's ``meta.json`` bytes: valid JSON object,
+    its own checksum, the expected key and this schema."""
+    try:
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        return f"metadata is not valid JSON ({exc})", {}
+    if meta.get("meta_sha256") != meta_checksum(meta):
+        return "metadata checksum mismatch", meta
+    if meta.get("key") != key:
+        return f"metadata is for key {str(meta.get('key'))[:16]}", meta
+    if meta.get("schema") != SCHEMA_VERSION:
+        return f"schema {meta.get('schema')!r} is not {SCHEMA_VERSION}", meta
+    return None, meta
+
+
+def cubin_mismatch(meta: dict, cubin: bytes) -> str | None:
+    """Why ``cubin`` is not the one ``meta`` describes (size, sha256, ELF magic)."""
+    if meta.get("cubin_bytes") != len(cubin):
+        return f"cubin has {len(cubin)} bytes, metadata says {meta.get('cubin_bytes')}"
+    if meta.get("cubin_sha256") != _sha256(cubin):
+        return "cubin checksum mismatch"
+    if not cubin.startswith(b"\x7fELF"):
+        return "cubin is not an ELF file"
+    return None
+
+
+def deep_problem(key: str, meta: dict, cubin: bytes, source: bytes | None,
+                 files: Iterable[str]) -> str | None:
+    """The checks of ``verify`` beyond :func:`parse_meta` and :func:`cubin_mismatch`.
+
+    Required metadata fields; no files but :data:`ENTRY_FILES`; the source's sha256;
+    the key re-derived from the recorded inputs (source, option bytes, arch, kernel
+    names); and the cubin's ELF header (CUDA machine, SM number, kernel symbols).
+    """
+    missing = [f for f in _META_REQUIRED if f not in meta]
+    if missing:
+        return f"metadata lacks {', '.join(missing)}"
+    extra = sorted(set(files) - set(ENTRY_FILES))
+    if extra:
+        return f"unexpected files in the entry: {', '.join(extra)}"
+    if "source_sha256" in meta:
+        if source is None:
+            return "source file missing"
+        if _sha256(source) != meta["source_sha256"]:
+            return "source checksum mismatch"
+        try:
+            derived = cache_key(source.decode(), [o.encode() for o in meta["nvrtc_options"]],
+                                meta["arch"], meta["kernel_names"])
+        except (AttributeError, TypeError, UnicodeDecodeError) as exc:
+            return f"metadata key inputs malformed ({exc})"
+        if derived != key:
+            return "key does not match the recorded source and options"
+    elif source is not None:
+        return "source file present but not recorded in the metadata"
+    try:
+        return cubin_problem(cubin, str(meta["arch"]), list(meta["kernel_names"]))
+    except TypeError as exc:
+        return f"metadata malformed ({exc})"
+
+
 class DiskCache:
     """One cache root. Thread- and process-safe; readers never see partial entries."""
 
@@ -335,73 +400,39 @@ class DiskCache:
 
         The quick check (every load) covers the metadata's own checksum, its key and
         schema, the cubin's size and sha256 and its ELF magic. ``deep`` (``verify``,
-        import) also checks the source's checksum, re-derives the key from the
-        recorded inputs, requires the metadata fields, rejects unknown files and reads
-        the cubin's ELF header (machine, SM number, kernel symbols).
-        Raises FileNotFoundError when no entry exists.
+        import) adds :func:`deep_problem`. Raises FileNotFoundError when no entry
+        exists.
         """
         d = self.entry_dir(key)
         try:
-            raw_meta, st_meta = _read_file(d / META)
+            raw_meta, _ = _read_file(d / META)
         except FileNotFoundError:
             if not d.is_dir():
                 raise
             return "metadata file missing", b"", {}
         except OSError as exc:
             return f"metadata unreadable ({exc.strerror or exc})", b"", {}
-        try:
-            meta = json.loads(raw_meta)
-            if not isinstance(meta, dict):
-                raise ValueError("not an object")
-        except ValueError as exc:
-            return f"metadata is not valid JSON ({exc})", b"", {}
-        if meta.get("meta_sha256") != meta_checksum(meta):
-            return "metadata checksum mismatch", b"", meta
-        if meta.get("key") != key:
-            return f"metadata is for key {str(meta.get('key'))[:16]}", b"", meta
-        if meta.get("schema") != SCHEMA_VERSION:
-            return f"schema {meta.get('schema')!r} is not {SCHEMA_VERSION}", b"", meta
+        problem, meta = parse_meta(key, raw_meta)
+        if problem:
+            return problem, b"", meta
         try:
             cubin, _ = _read_file(d / CUBIN)
         except OSError as exc:
             return f"cubin unreadable ({exc.strerror or exc})", b"", meta
-        if meta.get("cubin_bytes") != len(cubin):
-            return (f"cubin has {len(cubin)} bytes, metadata says "
-                    f"{meta.get('cubin_bytes')}"), cubin, meta
-        if meta.get("cubin_sha256") != _sha256(cubin):
-            return "cubin checksum mismatch", cubin, meta
-        if not cubin.startswith(b"\x7fELF"):
-            return "cubin is not an ELF file", cubin, meta
-        if not deep:
-            return None, cubin, meta
-        missing = [f for f in _META_REQUIRED if f not in meta]
-        if missing:
-            return f"metadata lacks {', '.join(missing)}", cubin, meta
+        problem = cubin_mismatch(meta, cubin)
+        if problem or not deep:
+            return problem, cubin, meta
         try:
-            extra = sorted(set(os.listdir(d)) - set(ENTRY_FILES))
+            files = set(os.listdir(d))
         except OSError as exc:
             return f"entry unreadable ({exc.strerror or exc})", cubin, meta
-        if extra:
-            return f"unexpected files in the entry: {', '.join(extra)}", cubin, meta
-        if "source_sha256" in meta:
+        source = None
+        if SOURCE in files:
             try:
                 source, _ = _read_file(d / SOURCE)
             except OSError as exc:
                 return f"source unreadable ({exc.strerror or exc})", cubin, meta
-            if _sha256(source) != meta["source_sha256"]:
-                return "source checksum mismatch", cubin, meta
-            try:
-                derived = cache_key(source.decode(), [o.encode() for o in
-                                                      meta["nvrtc_options"]],
-                                    meta["arch"], meta["kernel_names"])
-            except (AttributeError, TypeError, UnicodeDecodeError) as exc:
-                return f"metadata key inputs malformed ({exc})", cubin, meta
-            if derived != key:
-                return "key does not match the recorded source and options", cubin, meta
-        problem = cubin_problem(cubin, meta["arch"], meta["kernel_names"])
-        if problem:
-            return problem, cubin, meta
-        return None, cubin, meta
+        return deep_problem(key, meta, cubin, source, files), cubin, meta
 
     def load(self, key: str, touch: bool = True) -> CacheEntry | None:
         """The verified entry for ``key``, or None (a bad entry is quarantined).
