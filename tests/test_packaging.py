@@ -1,0 +1,176 @@
+"""The wheel: templates and the CLI are inside, mapped under ``jitmeta``, and work from a
+non-editable install.
+
+The repository keeps the user's top-level layout (``templates/``, ``cache_tools/``);
+pyproject maps them to ``jitmeta.templates`` and ``jitmeta.cache_tools``. This test
+builds the wheel from a copy of the source tree (so it neither races nor litters the
+checkout), installs it with ``pip install --target`` and then, in a fresh interpreter
+whose working directory is outside the repository, renders and compiles a plan and runs
+``jitmeta-cache`` — proving templates are found from the installed wheel.
+
+Runs in a few seconds (no network: ``--no-build-isolation --no-deps``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATES = ("paged_mqa_metadata.cu.j2", "jitmeta_schedule.cuh")
+_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                 "__pycache__", ".pytest_cache", "*.pyc", ".whl",
+                                 ".device-out")
+
+
+def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("JITMETA_") and k != "PYTHONPATH"}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pkg")
+    src = root / "src"
+    shutil.copytree(REPO, src, ignore=_IGNORE)
+    dist = root / "dist"
+    res = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                "--no-index", "-w", str(dist), str(src)], env=_clean_env())
+    assert res.returncode == 0, f"wheel build failed:\n{res.stdout}\n{res.stderr}"
+    wheels = list(dist.glob("jitmeta-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    res = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                "--target", str(target), str(wheel)], env=_clean_env())
+    assert res.returncode == 0, f"install failed:\n{res.stdout}\n{res.stderr}"
+    return target
+
+
+def _names(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.namelist()
+
+
+def _read(wheel: Path, name: str) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(name)
+
+
+def test_wheel_contains_templates(wheel):
+    names = _names(wheel)
+    for t in TEMPLATES:
+        assert f"jitmeta/templates/{t}" in names, names
+        assert _read(wheel, f"jitmeta/templates/{t}") == (REPO / "templates" / t).read_bytes()
+
+
+def test_wheel_contains_cli(wheel):
+    names = _names(wheel)
+    assert "jitmeta/cache_tools/__init__.py" in names, names
+    assert "jitmeta/cache_tools/cli.py" in names, names
+    assert b"def main(" in _read(wheel, "jitmeta/cache_tools/cli.py")
+
+
+def test_wheel_declares_console_script(wheel):
+    ep = next(n for n in _names(wheel) if n.endswith(".dist-info/entry_points.txt"))
+    text = _read(wheel, ep).decode()
+    section = text.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
+    scripts = dict(line.replace(" ", "").split("=", 1)
+                   for line in section.strip().splitlines() if "=" in line)
+    assert scripts.get("jitmeta-cache") == "jitmeta.cache_tools.cli:main", text
+
+
+def test_wheel_has_only_the_jitmeta_package(wheel):
+    names = _names(wheel)
+    tops = {n.split("/", 1)[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"jitmeta"}, sorted(tops)
+    assert not [n for n in names if n.startswith(("templates/", "cache_tools/", "tests/"))]
+    assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
+    top_level = next((n for n in names if n.endswith(".dist-info/top_level.txt")), None)
+    if top_level is not None:
+        assert _read(wheel, top_level).decode().split() == ["jitmeta"]
+
+
+def test_wheel_metadata_lists_runtime_dependencies(wheel):
+    meta = next(n for n in _names(wheel) if n.endswith(".dist-info/METADATA"))
+    text = _read(wheel, meta).decode().lower()
+    for dep in ("torch", "cuda-bindings", "jinja2", "platformdirs", "filelock"):
+        assert f"requires-dist: {dep}" in text, dep
+
+
+_RENDER_COMPILE = r"""
+import json, sys
+from importlib import resources
+from pathlib import Path
+import jitmeta
+from jitmeta.impls.render import render
+from jitmeta.jit.compiler import CompileOptions, compile_cubin
+from jitmeta.jit.cubin_info import kernel_resources
+p = jitmeta.plan(100000, varlen=True, arch="sm_90")
+src = render(p.code)
+cubin = compile_cubin(src, CompileOptions.for_arch("sm_90")).cubin
+print(json.dumps({
+    "jitmeta": jitmeta.__file__,
+    "templates": str(resources.files("jitmeta.templates")),
+    "cache_tools": __import__("jitmeta.cache_tools.cli").cache_tools.cli.__file__,
+    "variant": p.variant,
+    "elf": cubin[:4] == b"\x7fELF",
+    "smem": kernel_resources(cubin, "jitmeta_summarize")["static_smem_bytes"],
+    "plan_smem": p.smem_static_bytes,
+    "cwd": str(Path.cwd()),
+}))
+"""
+
+
+def test_installed_wheel_renders_and_compiles(installed, tmp_path):
+    env = _clean_env(PYTHONPATH=str(installed), JITMETA_CACHE_DIR=str(tmp_path / "cache"),
+                     PYTHONDONTWRITEBYTECODE="1")
+    res = _run([sys.executable, "-c", _RENDER_COMPILE], env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    for key in ("jitmeta", "templates", "cache_tools"):
+        assert Path(got[key]).resolve().is_relative_to(installed.resolve()), (key, got)
+        assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got)
+    assert not Path(got["cwd"]).resolve().is_relative_to(REPO)
+    assert got["variant"] == "chunked" and got["elf"] is True
+    assert got["smem"] == got["plan_smem"] == 34340
+
+
+def test_installed_console_script_runs(installed, tmp_path):
+    script = installed / "bin" / "jitmeta-cache"
+    assert script.exists(), sorted(p.name for p in (installed / "bin").iterdir()) \
+        if (installed / "bin").exists() else "no bin/ in the install"
+    env = _clean_env(PYTHONPATH=str(installed), JITMETA_CACHE_DIR=str(tmp_path / "cache"),
+                     PYTHONDONTWRITEBYTECODE="1")
+    res = _run([str(script), "--help"], env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    for sub in ("warm", "plan", "ls", "info", "verify", "prune", "clear", "export",
+                "import"):
+        assert sub in res.stdout, (sub, res.stdout)
+    res = _run([str(script), "plan", "--batch", "8193", "--num-sms", "132", "--arch",
+                "sm_90", "--json"], env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["variant"] == "dynamic"
+    assert got["smem_bytes"] == 1168 + 8194 * 4
+    assert {"threads", "reason"} <= set(got)
+    # a usage error exits 2
+    res = _run([str(script), "plan", "--no-such-flag"], env=env, cwd=tmp_path)
+    assert res.returncode == 2, (res.returncode, res.stderr)
