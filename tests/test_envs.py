@@ -256,12 +256,12 @@ def test_typed_override_values_pass_through(clean_env):
         assert envs.get("JITMETA_OFFLINE") is True
 
 
-def test_log_knob_sets_the_jitmeta_logger_level(clean_env, tmp_path):
+def test_log_knob_sets_the_jitmeta_logger_level(clean_env, tmp_path, fresh_jit):
     """JITMETA_LOG=debug: a compile is logged with its rendered source, without the
     application configuring the 'jitmeta' logger's level itself."""
     from jitmeta.heuristics.plan import CodeSpec
-    from jitmeta.jit import build as jit_build
 
+    jit_build = fresh_jit  # conftest: empty in-process cubin memory around the test
     logger = logging.getLogger("jitmeta")
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
