@@ -202,7 +202,18 @@ def build(code: CodeSpec, plan: Plan | None = None, *, cache: DiskCache | None =
         return built
 
 
+def _apply_log_level() -> None:
+    """JITMETA_LOG, when set, is the level of the 'jitmeta' logger (read at each build,
+    never at import; no handler is added: the application decides where logs go)."""
+    level = envs.get("JITMETA_LOG")
+    if level is not None:
+        wanted = getattr(logging, level.upper())
+        if log.level != wanted:
+            log.setLevel(wanted)
+
+
 def _build_locked(code, plan, key, source, options, names, cache, offline) -> Built:
+    _apply_log_level()
     offline = envs.get("JITMETA_OFFLINE") if offline is None else offline
     use_disk = not envs.get("JITMETA_DISABLE_DISK_CACHE")
     disk = (cache or cache_for_root()) if use_disk else None
