@@ -161,6 +161,8 @@ def cmd_warm(args, out: Out) -> int:
 
     if not args.arch and args.device is None and not args.manifest:
         raise UsageError("give --arch ARCH (repeatable) or --device N, or --manifest FILE")
+    if args.device is not None:
+        _require_device(args.device)
     cache = _cache()
     cache.check_trusted()
     if not cache.writable():
@@ -191,8 +193,6 @@ def cmd_warm(args, out: Out) -> int:
                                      progress=progress)
                 _merge(result, part)
             if args.arch or args.device is not None:
-                if args.device is not None:
-                    _require_device(args.device)
                 varlen = {"no": (False,), "yes": (True,), "both": (False, True)}[args.varlen]
                 schedules = SCHEDULES if args.format == "all" else (args.format,)
                 part = warm(args.arch, device=args.device, num_sms=args.num_sms,

@@ -122,6 +122,20 @@ def test_usage_errors_exit_2(cache_dir, capsys, argv):
     assert err.strip()
 
 
+def test_read_only_commands_create_nothing(cache_dir, tmp_path, capsys):
+    for argv in (["info"], ["ls"], ["verify"], ["prune", "--older-than", "1"],
+                 ["export", str(tmp_path / "empty.tgz")]):
+        assert run_cli(capsys, *argv)[0] == 0, argv
+    assert not cache_dir.exists()
+    try:
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        gpus = 0
+    code, _, err = run_cli(capsys, "warm", "--device", str(gpus))  # one past the last
+    assert code == 1 and "CUDA device" in err and not cache_dir.exists()
+
+
 def test_failures_exit_1(cache_dir, tmp_path, capsys):
     code, out, err = run_cli(capsys, "import", str(tmp_path / "missing.tgz"))
     assert code == 1 and "not a readable bundle" in err
