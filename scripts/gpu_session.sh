@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one call (device tool):
-#   bash scripts/gpu_session.sh [tests] [sanitize] [bench]     (default: all three)
+#   bash scripts/gpu_session.sh [smoke] [tests] [sanitize] [bench]   (default: all)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried).
 set -u -o pipefail
 OUT=${OUT:-$PWD/.device-out}; mkdir -p "$OUT"
-stages=${*:-tests sanitize bench}
+stages=${*:-smoke tests sanitize bench}
 export PYTHONUNBUFFERED=1 JITMETA_CACHE_DIR=${JITMETA_CACHE_DIR:-/tmp/jitmeta-cache}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+rm -rf build /tmp/site/jitmeta  # stale copies (kept between device calls) would be imported
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade \
     --target /tmp/site . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 export PYTHONPATH=/tmp/site
 cd /tmp   # import the installed package, not the checkout
@@ -18,12 +19,15 @@ python3 -c "import torch, jitmeta; print('torch', torch.__version__, 'jitmeta', 
 rc=0
 for stage in $stages; do
   case $stage in
+    smoke)
+      timeout 180 python3 -X faulthandler -c "import faulthandler, runpy, sys; faulthandler.dump_traceback_later(60, exit=True); sys.argv=['x']; runpy.run_path('$repo/scripts/sanitize_cases.py', run_name='__main__')" 2>&1 | tee "$OUT/smoke.log" | tail -30
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
     tests)
-      python3 -m pytest -p no:cacheprovider -q -m gpu -rA "$repo/tests" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
+      timeout 420 python3 -m pytest -p no:cacheprovider -q -m gpu -rA --timeout 120 -x "$repo/tests/test_gpu_kernels.py" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
             > "$OUT/sanitizer-$tool.log" 2>&1
         r=$?; echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
         rc=$((rc | r))

@@ -10,6 +10,17 @@ from jitmeta import envs
 
 
 def main() -> int:
+    import logging, time
+    logging.basicConfig(level=logging.DEBUG if "-v" in sys.argv else logging.INFO)
+    t0 = time.perf_counter()
+    ctx = torch.full((8192, 1), 4096, dtype=torch.int32, device="cuda")
+    idx = (torch.arange(8192, device="cuda") // 2).to(torch.int32)
+    print(f"cuda ready in {time.perf_counter() - t0:.2f}s", flush=True)
+    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, indices=idx)
+    print(f"first call returned in {time.perf_counter() - t0:.2f}s", flush=True)
+    torch.cuda.synchronize()
+    print(f"seed scenario ran in {time.perf_counter() - t0:.2f}s; equal to reference:",
+          torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx)), flush=True)
     gen = torch.Generator().manual_seed(0)
     bad = 0
     cases = [("static", 4096, None), ("dynamic", 20000, None), ("chunked", 70000, None),

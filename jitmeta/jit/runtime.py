@@ -19,7 +19,7 @@ class DriverError(RuntimeError):
     """A CUDA driver call failed."""
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # load_module holds it while primary_context takes it
 _contexts: dict[int, object] = {}
 _modules: dict[tuple[int, str], "LoadedModule"] = {}
 _initialized = False
@@ -154,7 +154,7 @@ def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
     cfg.sharedMemBytes = smem
-    cfg.hStream = stream
+    cfg.hStream = driver.CUstream(stream)
     attr = driver.CUlaunchAttribute()
     attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.programmaticStreamSerializationAllowed = 1
