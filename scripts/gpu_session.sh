@@ -27,14 +27,14 @@ for stage in $stages; do
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     sanitize)
       for tool in memcheck racecheck; do
-        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
             > "$OUT/sanitizer-$tool.log" 2>&1
         r=$?; echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
         rc=$((rc | r))
       done ;;
     bench)
       if [ -f "$repo/bench/benchmark_metadata.py" ]; then
-        python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+        timeout 300 python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
         rc=$((rc | ${PIPESTATUS[0]}))
       fi ;;
   esac
