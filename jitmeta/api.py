@@ -18,7 +18,7 @@ from .heuristics.arch import DeviceLimits, limits_from_device
 from .heuristics.plan import SCHEDULES, Plan, plan
 from .jit import build as jit_build
 from .jit import runtime
-from .reference import reference_schedule
+from .reference import reference_schedule, varlen_atoms
 
 __all__ = ["get_paged_mqa_logits_metadata", "InputValueError", "CaptureCompileError",
            "device_limits", "plan_for", "prepare"]
@@ -59,6 +59,9 @@ def validate(context_lens, block_kv, num_sms, indices, out, split_kv, schedule
         raise TypeError(f"context_lens must be a torch.Tensor; got {_describe(context_lens)}")
     if context_lens.dtype != torch.int32:
         raise TypeError(f"context_lens must have dtype torch.int32; got {context_lens.dtype}")
+    if context_lens.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"context_lens must be a CPU or CUDA tensor; got device "
+                         f"{context_lens.device}")
     if context_lens.dim() not in (1, 2):
         raise ValueError("context_lens must be 2-D [batch, next_n] (or 1-D [batch]); got "
                          f"shape {tuple(context_lens.shape)}")
@@ -117,15 +120,18 @@ def validate(context_lens, block_kv, num_sms, indices, out, split_kv, schedule
 
 def check_values(ctx2: torch.Tensor, indices, split_kv: int) -> None:
     """The opt-in device-side value check (JITMETA_CHECK_INPUTS=1); synchronizes."""
-    col = ctx2[:, 0] if indices is not None else ctx2[:, -1]
     if bool((ctx2 < 0).any()):
         bad = int(torch.nonzero(ctx2.reshape(-1) < 0)[0])
         raise InputValueError(f"context_lens must be >= 0; element {bad} (flat index) is "
                               f"{int(ctx2.reshape(-1)[bad])}")
-    segs = (col.to(torch.int64) + split_kv - 1) // split_kv
-    next_n = ctx2.shape[1]
-    atoms = -(-next_n // 2) if next_n >= 2 else 1
-    total = int(segs.sum()) * (atoms if indices is None else 1)
+    if indices is None:
+        next_n = ctx2.shape[1]
+        atoms = -(-next_n // 2) if next_n >= 2 else 1
+        lens = ctx2[:, -1].to(torch.int64)
+    else:  # one length per greedy atom, as the kernel counts them
+        atoms = 1
+        lens = varlen_atoms(ctx2[:, 0], indices)[1]
+    total = int(((lens + split_kv - 1) // split_kv).sum()) * atoms
     if total > UINT32_MAX:
         raise InputValueError(f"context_lens sum to {total} kv splits (x atoms), more than "
                               "the kernel's uint32 arithmetic holds (4294967295)")

@@ -134,8 +134,11 @@ def _bucket(batch: int) -> int:
 
 
 def _threads(limits: DeviceLimits) -> int:
-    threads = envs.get("JITMETA_THREADS") or DEFAULT_THREADS
-    if threads % 32 or threads > min(1024, limits.max_threads_per_block):
+    cap = min(1024, limits.max_threads_per_block)
+    threads = envs.get("JITMETA_THREADS")
+    if threads is None:
+        return min(DEFAULT_THREADS, cap // 32 * 32)
+    if threads % 32 or threads > cap:
         raise PlanError(f"JITMETA_THREADS={threads} is not usable: expected a multiple "
                         f"of 32 no larger than {min(1024, limits.max_threads_per_block)}")
     return threads
@@ -160,7 +163,8 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
     lim = limits.with_budget(budget)
     threads = _threads(limits)
     forced = envs.get("JITMETA_VARIANT")
-    chunk = envs.get("JITMETA_CHUNK") or DEFAULT_CHUNK
+    chunk_forced = envs.get("JITMETA_CHUNK")
+    chunk = chunk_forced or DEFAULT_CHUNK
     budget_note = f" (smem budget {budget} B)" if budget is not None else ""
 
     def spec(variant: str, capacity: int) -> CodeSpec:
@@ -168,6 +172,9 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
                         capacity, arch)
 
     rsv = lim.smem_reserved_bytes
+    if chunk_forced is None:  # shrink the default tile until it fits a small budget
+        while chunk > 32 and smem_chunked(chunk, threads, varlen, rsv) > lim.smem_static_bytes:
+            chunk //= 2
 
     def make(variant: str, why: str) -> Plan | None:
         if variant == "static":
@@ -195,6 +202,11 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
 
     if forced is not None:
         p = make(forced, "forced by JITMETA_VARIANT")
+        if p is None and forced == "chunked":
+            raise PlanError(
+                f"JITMETA_CHUNK={chunk} does not fit: the chunked tile needs "
+                f"{smem_chunked(chunk, threads, varlen, rsv)} B of static smem, more than "
+                f"{lim.smem_static_bytes} B{budget_note}; use a smaller JITMETA_CHUNK")
         if p is None:
             raise PlanError(
                 f"JITMETA_VARIANT={forced} cannot serve batch {batch} on {arch}: its "
@@ -208,7 +220,8 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         p = make(variant, why)
         if p is not None:
             return p
-    raise PlanError(f"no variant fits the shared-memory limits: JITMETA_CHUNK={chunk} "
+    what = f"JITMETA_CHUNK={chunk}" if chunk_forced is not None else f"a chunk of {chunk}"
+    raise PlanError(f"no variant fits the shared-memory limits: {what} "
                     f"with {threads} threads needs {smem_chunked(chunk, threads, varlen, rsv)} B of "
                     f"static smem, more than {lim.smem_static_bytes} B{budget_note}")
 

@@ -60,7 +60,7 @@ def kernel_resources(cubin: bytes, kernel: str) -> dict[str, int]:
     sec = _sections(cubin)
     if f".text.{kernel}" not in sec:
         raise KeyError(f"kernel {kernel!r} not found in cubin")
-    sym = sec[f".text.{kernel}"][1]
+    sym = sec[f".text.{kernel}"][1] & 0xFFFFFF  # the top byte holds flags before sm_90
     regs = _regcounts(cubin, sec[".nv.info"]).get(sym, 0) if ".nv.info" in sec else 0
     smem = sec.get(f".nv.shared.{kernel}", (0, 0, 0))[0]
     return {"registers": int(regs), "static_smem_bytes": int(smem)}
