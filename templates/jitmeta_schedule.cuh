@@ -18,6 +18,10 @@
 // functions compose associatively, so slices and slabs are joined by ordinary scans.
 // Within a slab's tile each varlen word packs seg | boundary << 31, where seg =
 // ceil(ctx / split_kv) fits 31 bits because ctx is a non-negative int32.
+//
+// Tile element i lives at word pad(i) = i + i / 32: threads walk contiguous slices,
+// and one spare word per 32 keeps the 32 lanes of a warp on 32 different banks.
+// A tile of n elements plus its halo therefore takes tile_words(n) = pad(n) + 1 words.
 
 namespace jitmeta {
 
@@ -26,6 +30,10 @@ typedef unsigned long long u64;
 
 constexpr u32 kBoundary = 1u << 31;
 constexpr u32 kSegMask = kBoundary - 1u;
+constexpr int kLoadUnroll = 8;  // independent loads in flight per thread while loading
+
+__host__ __device__ __forceinline__ constexpr u32 pad(u32 i) { return i + (i >> 5); }
+__host__ __device__ __forceinline__ constexpr u32 tile_words(u32 n) { return pad(n) + 1u; }
 
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -155,24 +163,40 @@ struct Schedule {
         return result;
     }
 
-    // Loads slab [lo, lo + n) into tile[0..n) and a halo word into tile[n].
-    // dense: tile[i] = A * segs(ctx[e, next_n - 1]); varlen: seg | boundary << 31,
-    // the halo being the next token's word (or a boundary when there is none).
+    // Loads slab [lo, lo + n) into tile elements 0..n-1 and a halo word into element n.
+    // dense: A * segs(ctx[e, next_n - 1]); varlen: seg | boundary << 31, the halo being
+    // the next token's word (or a boundary when there is none). Coalesced, with
+    // kLoadUnroll independent loads per thread in flight.
     __device__ __forceinline__ static void load_tile(u32* tile, const int* __restrict__ ctx,
                                                      const int* __restrict__ idx, u32 lo,
                                                      u32 n, u32 batch, u32 next_n,
                                                      u32 atoms) {
-        for (u32 i = threadIdx.x; i <= n; i += THREADS) {
-            const u32 e = lo + i;
-            if (VARLEN) {
-                u32 w = kBoundary;
-                if (e < batch) {
-                    const bool boundary = e == 0 || __ldg(idx + e) != __ldg(idx + e - 1);
-                    w = segs(__ldg(ctx + e)) | (boundary ? kBoundary : 0u);
+        if (n == 0) return;
+        const u32 last = VARLEN ? n : n - 1;  // last element to load (halo for varlen)
+        for (u32 base = 0; base <= last; base += THREADS * kLoadUnroll) {
+            u32 w[kLoadUnroll];
+#pragma unroll
+            for (int k = 0; k < kLoadUnroll; ++k) {
+                const u32 i = base + (u32)k * THREADS + threadIdx.x;
+                const u32 e = lo + i;
+                w[k] = 0u;
+                if (i <= last) {
+                    if (VARLEN) {
+                        w[k] = kBoundary;
+                        if (e < batch) {
+                            const bool boundary =
+                                e == 0 || __ldg(idx + e) != __ldg(idx + e - 1);
+                            w[k] = segs(__ldg(ctx + e)) | (boundary ? kBoundary : 0u);
+                        }
+                    } else {
+                        w[k] = atoms * segs(__ldg(ctx + (u64)e * next_n + (next_n - 1)));
+                    }
                 }
-                tile[i] = w;
-            } else if (i < n) {
-                tile[i] = atoms * segs(__ldg(ctx + (u64)e * next_n + (next_n - 1)));
+            }
+#pragma unroll
+            for (int k = 0; k < kLoadUnroll; ++k) {
+                const u32 i = base + (u32)k * THREADS + threadIdx.x;
+                if (i <= last) tile[pad(i)] = w[k];
             }
         }
     }
@@ -183,14 +207,14 @@ struct Schedule {
                                                         u32* after) {
         if constexpr (!VARLEN) {
             u32 sum = 0;
-            for (u32 i = b; i < end; ++i) sum += tile[i];
+            for (u32 i = b; i < end; ++i) sum += tile[pad(i)];
             *after = 0u;
             return S{sum};
         } else {
             u32 sum0 = 0, sum1 = 0, p0 = 0, p1 = 1;
-            u32 cur = b < end ? tile[b] : 0u;
+            u32 cur = b < end ? tile[pad(b)] : 0u;
             for (u32 i = b; i < end; ++i) {
-                const u32 next = tile[i + 1];
+                const u32 next = tile[pad(i + 1)];
                 const bool bnd = cur & kBoundary;
                 p0 = bnd ? 0u : p0 ^ 1u;
                 p1 = bnd ? 0u : p1 ^ 1u;
@@ -209,16 +233,16 @@ struct Schedule {
                                                         u32 parity, u32 after) {
         u32 acc = base;
         if constexpr (!VARLEN) {
-            for (u32 i = b; i < end; ++i) { acc += tile[i]; tile[i] = acc; }
+            for (u32 i = b; i < end; ++i) { acc += tile[pad(i)]; tile[pad(i)] = acc; }
         } else {
             u32 p = parity;
-            u32 cur = b < end ? tile[b] : 0u;
+            u32 cur = b < end ? tile[pad(b)] : 0u;
             for (u32 i = b; i < end; ++i) {
-                const u32 next = i + 1 < end ? tile[i + 1] : after;
+                const u32 next = i + 1 < end ? tile[pad(i + 1)] : after;
                 p = (cur & kBoundary) ? 0u : p ^ 1u;
                 const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
                 acc += p ? 0u : seg;
-                tile[i] = acc;
+                tile[pad(i)] = acc;
                 cur = next;
             }
         }
@@ -271,17 +295,17 @@ struct Schedule {
             if (x >= slab_end) {  // only in the last slab: start(s) == total
                 row = make_int2((int)(VARLEN ? batch : batch * atoms), 0);
             } else {
-                u32 lo_i = 0, hi_i = n;  // first i with tile[i] > x
+                u32 lo_i = 0, hi_i = n;  // first i with P[i] > x
                 while (lo_i < hi_i) {
                     const u32 mid = (lo_i + hi_i) >> 1;
-                    if (tile[mid] > x) hi_i = mid; else lo_i = mid + 1;
+                    if (tile[pad(mid)] > x) hi_i = mid; else lo_i = mid + 1;
                 }
-                const u32 prev = lo_i ? tile[lo_i - 1] : base;
+                const u32 prev = lo_i ? tile[pad(lo_i - 1)] : base;
                 const u32 off = x - prev;
                 if (VARLEN) {
                     row = make_int2((int)(lo + lo_i), (int)off);
                 } else {
-                    const u32 nseg = (tile[lo_i] - prev) / atoms;
+                    const u32 nseg = (tile[pad(lo_i)] - prev) / atoms;
                     row = make_int2((int)((lo + lo_i) * atoms + off / nseg), (int)(off % nseg));
                 }
             }

@@ -45,6 +45,22 @@ class PlanError(ValueError):
 
 # --- shared-memory formulas (must match templates/paged_mqa_metadata.cu.j2) ---------
 
+def tile_words(n: int) -> int:
+    """Words of a tile of ``n`` elements plus its halo: element i sits at word
+    ``i + i // 32`` (one spare word per 32 avoids bank conflicts), so pad(n) + 1."""
+    return n + n // 32 + 1
+
+
+def largest_tile(words: int) -> int:
+    """The largest n with ``tile_words(n) <= words`` (-1 if none)."""
+    n = max(-1, (words - 1) * 32 // 33)
+    while n >= 0 and tile_words(n) > words:
+        n -= 1
+    while tile_words(n + 1) <= words:
+        n += 1
+    return n
+
+
 # Each "static" figure is what the cubin's .nv.shared.<kernel> section holds: the
 # arrays declared by the kernel plus the block's reserved system bytes (1 KiB on
 # sm_90 and later, DeviceLimits.smem_reserved_bytes). The planner checks static +
@@ -56,8 +72,8 @@ def smem_scratch(threads: int, varlen: bool) -> int:
 
 
 def smem_static(capacity: int, threads: int, varlen: bool, reserved: int) -> int:
-    """Static variant: a ``capacity + 1`` word tile (one halo word) + scratch."""
-    return (capacity + 1) * WORD + smem_scratch(threads, varlen) + reserved
+    """Static variant: a tile of ``capacity`` elements (+ halo, padded) + scratch."""
+    return tile_words(capacity) * WORD + smem_scratch(threads, varlen) + reserved
 
 
 def smem_dynamic(batch: int, threads: int, varlen: bool, reserved: int
@@ -65,12 +81,12 @@ def smem_dynamic(batch: int, threads: int, varlen: bool, reserved: int
     """Dynamic variant: (static bytes, dynamic tile bytes at launch); the dynamic
     tile starts 16-byte aligned, so the static part is rounded up to 16."""
     static = smem_scratch(threads, varlen) + reserved
-    return -(-static // 16) * 16, (batch + 1) * WORD
+    return -(-static // 16) * 16, tile_words(batch) * WORD
 
 
 def smem_chunked(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
-    """Chunked variant (both kernels): a static ``chunk + 1`` word tile + scratch."""
-    return (chunk + 1) * WORD + smem_scratch(threads, varlen) + reserved
+    """Chunked variant (both kernels): a static tile of ``chunk`` elements + scratch."""
+    return tile_words(chunk) * WORD + smem_scratch(threads, varlen) + reserved
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,12 @@ def _bucket(batch: int) -> int:
     return cap
 
 
+def static_threads(capacity: int, threads: int) -> int:
+    """Default block size of a static bucket: a quarter of its capacity, 256 to
+    ``threads`` (small batches finish sooner with fewer warps to synchronize)."""
+    return max(min(256, threads), min(threads, capacity // 4))
+
+
 def _threads(limits: DeviceLimits) -> int:
     cap = min(1024, limits.max_threads_per_block)
     threads = envs.get("JITMETA_THREADS")
@@ -167,9 +189,10 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
     chunk = chunk_forced or DEFAULT_CHUNK
     budget_note = f" (smem budget {budget} B)" if budget is not None else ""
 
-    def spec(variant: str, capacity: int) -> CodeSpec:
-        return CodeSpec(variant, bool(varlen), schedule, int(split_kv), threads,
-                        capacity, arch)
+    tuned = envs.get("JITMETA_THREADS") is None
+
+    def spec(variant: str, capacity: int, t: int = threads) -> CodeSpec:
+        return CodeSpec(variant, bool(varlen), schedule, int(split_kv), t, capacity, arch)
 
     rsv = lim.smem_reserved_bytes
     if chunk_forced is None:  # shrink the default tile until it fits a small budget
@@ -179,10 +202,11 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
     def make(variant: str, why: str) -> Plan | None:
         if variant == "static":
             cap = _bucket(batch)
-            smem = smem_static(cap, threads, varlen, rsv)
+            t = static_threads(cap, threads) if tuned else threads
+            smem = smem_static(cap, t, varlen, rsv)
             if smem > lim.smem_static_bytes:
                 return None
-            return Plan(spec("static", cap), batch, next_n, num_sms, 1, smem, 0,
+            return Plan(spec("static", cap, t), batch, next_n, num_sms, 1, smem, 0,
                         f"{why}: static tile of {cap} words = {smem} B <= "
                         f"{lim.smem_static_bytes} B static limit{budget_note}")
         if variant == "dynamic":
@@ -237,7 +261,7 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bo
     # largest dynamic batch under the opt-in limit and the budget
     lim = limits.with_budget(envs.get("JITMETA_SMEM_BUDGET"))
     st, _ = smem_dynamic(0, threads, varlen, lim.smem_reserved_bytes)
-    dyn_max = (lim.smem_optin_bytes - st) // WORD - 1
+    dyn_max = largest_tile((lim.smem_optin_bytes - st) // WORD)
     points.update((dyn_max, dyn_max + 1))
     return sorted(p for p in points if lo <= p <= hi)
 
