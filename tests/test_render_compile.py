@@ -4,7 +4,8 @@ NVRTC runs without a GPU, so these tests produce real cubins and read their shar
 memory and kernel symbols straight out of the ELF (``jitmeta.jit.cubin_info``). The
 compiled set is a representative ~20 configurations: every variant (static buckets,
 dynamic, chunked) x varlen or not x both schedule formats, spread over sm_90, sm_100
-and sm_90a.
+and sm_90a, each with its block size and its shared memory worked out by hand; plus a
+sweep (sm_80 and sm_90) of buckets, block sizes and chunk sizes against the formulas.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pytest
 
 from jitmeta import envs
 from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.heuristics.plan import CodeSpec, Plan, plan
+from jitmeta.heuristics.plan import (CodeSpec, Plan, plan, smem_chunked, smem_dynamic,
+                                     smem_static, static_threads, tile_words)
 from jitmeta.impls import render as render_mod
 from jitmeta.impls.render import TEMPLATE, kernel_names, render
 from jitmeta.jit.compiler import CompileError, CompileOptions, compile_cubin
@@ -34,36 +36,80 @@ EM_CUDA = 190
 RENDER_VARS = {"code_name", "variant", "varlen", "schedule", "split_kv", "threads",
                "capacity"}
 
-# (id, arch, batch, varlen, schedule, split_kv, knobs, expected (variant, capacity))
+# (id, arch, batch, varlen, schedule, split_kv, knobs,
+#  expected (variant, capacity, threads), expected (static smem B, dynamic smem B))
+# Every arch here reserves 1024 B per block. Tile: tile_words(n) = n + n // 32 + 1 words;
+# scratch: (threads / 32 + 2) * 4 B (dense) or * 16 B (varlen). Static buckets default to
+# max(min(256, 1024), min(1024, cap // 4)) threads: 1024 -> 256, 2048 -> 512, else 1024.
 CASES = [
-    ("sm90-static1024-dense-smxx", "sm_90", 1000, False, "smxx", 256, {}, ("static", 1024)),
-    ("sm90-static1024-varlen-sm90", "sm_90", 1, True, "sm90", 256, {}, ("static", 1024)),
-    ("sm90-static2048-dense-kv64", "sm_90", 2000, False, "smxx", 64, {}, ("static", 2048)),
-    ("sm90-static8192-dense-sm90", "sm_90", 8192, False, "sm90", 256, {}, ("static", 8192)),
-    ("sm90-static8192-varlen-smxx", "sm_90", 8192, True, "smxx", 256, {}, ("static", 8192)),
-    ("sm90-dynamic-dense-smxx", "sm_90", 8193, False, "smxx", 256, {}, ("dynamic", 0)),
-    ("sm90-dynamic-varlen-sm90", "sm_90", 57719, True, "sm90", 256, {}, ("dynamic", 0)),
-    ("sm90-chunked-dense-sm90", "sm_90", 57820, False, "sm90", 256, {}, ("chunked", 8192)),
-    ("sm90-chunked-varlen-smxx", "sm_90", 57720, True, "smxx", 256, {}, ("chunked", 8192)),
+    # 1057 * 4 + 40 + 1024
+    ("sm90-static1024-dense-smxx", "sm_90", 1000, False, "smxx", 256, {},
+     ("static", 1024, 256), (5292, 0)),
+    # 1057 * 4 + 160 + 1024
+    ("sm90-static1024-varlen-sm90", "sm_90", 1, True, "sm90", 256, {},
+     ("static", 1024, 256), (5412, 0)),
+    # JITMETA_THREADS overrides the bucket's 256: 1057 * 4 + 136 + 1024
+    ("sm90-static1024-dense-smxx-t1024", "sm_90", 1024, False, "smxx", 256,
+     {"JITMETA_THREADS": 1024}, ("static", 1024, 1024), (5388, 0)),
+    # 2113 * 4 + 72 + 1024
+    ("sm90-static2048-dense-kv64", "sm_90", 2000, False, "smxx", 64, {},
+     ("static", 2048, 512), (9548, 0)),
+    # 2113 * 4 + 288 + 1024
+    ("sm90-static2048-varlen-smxx", "sm_90", 1025, True, "smxx", 256, {},
+     ("static", 2048, 512), (9764, 0)),
+    # 8449 * 4 + 136 + 1024
+    ("sm90-static8192-dense-sm90", "sm_90", 8192, False, "sm90", 256, {},
+     ("static", 8192, 1024), (34956, 0)),
+    # 8449 * 4 + 544 + 1024
+    ("sm90-static8192-varlen-smxx", "sm_90", 8192, True, "smxx", 256, {},
+     ("static", 8192, 1024), (35364, 0)),
+    # ceil16(136 + 1024) = 1168; tile_words(8193) = 8193 + 256 + 1 = 8450 words
+    ("sm90-dynamic-dense-smxx", "sm_90", 8193, False, "smxx", 256, {},
+     ("dynamic", 0, 1024), (1168, 33800)),
+    # the largest varlen dynamic batch: 544 + 1024 = 1568; 55970 + 1749 + 1 = 57720 words,
+    # 1568 + 230880 = 232448 (the opt-in limit exactly)
+    ("sm90-dynamic-varlen-sm90", "sm_90", 55970, True, "sm90", 256, {},
+     ("dynamic", 0, 1024), (1568, 230880)),
+    # the first dense chunked batch (56068 + 1752 + 1 = 57821 words > 57820)
+    ("sm90-chunked-dense-sm90", "sm_90", 56068, False, "sm90", 256, {},
+     ("chunked", 8192, 1024), (34956, 0)),
+    # the first varlen chunked batch (55971 + 1749 + 1 = 57721 words > 57720)
+    ("sm90-chunked-varlen-smxx", "sm_90", 55971, True, "smxx", 256, {},
+     ("chunked", 8192, 1024), (35364, 0)),
+    # 2113 * 4 + (128 / 32 + 2) * 16 + 1024 = 8452 + 96 + 1024
     ("sm90-chunked-varlen-sm90-t128-c2048", "sm_90", 2**24, True, "sm90", 256,
-     {"JITMETA_THREADS": 128, "JITMETA_CHUNK": 2048}, ("chunked", 2048)),
-    ("sm100-static2048-dense-sm90", "sm_100", 2000, False, "sm90", 256, {}, ("static", 2048)),
-    ("sm100-static8192-varlen-smxx", "sm_100", 8000, True, "smxx", 256, {}, ("static", 8192)),
-    ("sm100-dynamic-varlen-smxx", "sm_100", 30000, True, "smxx", 256, {}, ("dynamic", 0)),
-    ("sm100-dynamic-dense-sm90", "sm_100", 30000, False, "sm90", 256, {}, ("dynamic", 0)),
-    ("sm100-chunked-dense-sm90", "sm_100", 10**6, False, "sm90", 256, {}, ("chunked", 8192)),
-    ("sm100-chunked-varlen-smxx", "sm_100", 10**6, True, "smxx", 256, {}, ("chunked", 8192)),
-    ("sm90a-static4096-varlen-sm90", "sm_90a", 4000, True, "sm90", 256, {}, ("static", 4096)),
+     {"JITMETA_THREADS": 128, "JITMETA_CHUNK": 2048}, ("chunked", 2048, 128), (9572, 0)),
+    # 2113 * 4 + 72 + 1024
+    ("sm100-static2048-dense-sm90", "sm_100", 2000, False, "sm90", 256, {},
+     ("static", 2048, 512), (9548, 0)),
+    # 8449 * 4 + 544 + 1024
+    ("sm100-static8192-varlen-smxx", "sm_100", 8000, True, "smxx", 256, {},
+     ("static", 8192, 1024), (35364, 0)),
+    # tile_words(30000) = 30000 + 937 + 1 = 30938 words = 123752 B
+    ("sm100-dynamic-varlen-smxx", "sm_100", 30000, True, "smxx", 256, {},
+     ("dynamic", 0, 1024), (1568, 123752)),
+    ("sm100-dynamic-dense-sm90", "sm_100", 30000, False, "sm90", 256, {},
+     ("dynamic", 0, 1024), (1168, 123752)),
+    ("sm100-chunked-dense-sm90", "sm_100", 10**6, False, "sm90", 256, {},
+     ("chunked", 8192, 1024), (34956, 0)),
+    ("sm100-chunked-varlen-smxx", "sm_100", 10**6, True, "smxx", 256, {},
+     ("chunked", 8192, 1024), (35364, 0)),
+    # 4225 * 4 + 544 + 1024
+    ("sm90a-static4096-varlen-sm90", "sm_90a", 4000, True, "sm90", 256, {},
+     ("static", 4096, 1024), (18468, 0)),
+    # ceil16(40 + 1024) = 1072; tile_words(20000) = 20000 + 625 + 1 = 20626 words
     ("sm90a-dynamic-dense-smxx-t256", "sm_90a", 20000, False, "smxx", 256,
-     {"JITMETA_THREADS": 256}, ("dynamic", 0)),
-    ("sm90a-chunked-varlen-sm90", "sm_90a", 10**5, True, "sm90", 256, {}, ("chunked", 8192)),
+     {"JITMETA_THREADS": 256}, ("dynamic", 0, 256), (1072, 82504)),
+    ("sm90a-chunked-varlen-sm90", "sm_90a", 10**5, True, "sm90", 256, {},
+     ("chunked", 8192, 1024), (35364, 0)),
+    # 1057 * 4 + 136 + 1024
     ("sm90a-chunked-dense-smxx-c1024", "sm_90a", 10**5, False, "smxx", 512,
-     {"JITMETA_CHUNK": 1024}, ("chunked", 1024)),
+     {"JITMETA_CHUNK": 1024}, ("chunked", 1024, 1024), (5388, 0)),
 ]
 
 
 def _plan_case(case) -> Plan:
-    _, arch, batch, varlen, schedule, split_kv, knobs, _ = case
+    _, arch, batch, varlen, schedule, split_kv, knobs, *_ = case
     with envs.override(**knobs):
         return plan(batch, 1, varlen, 132, split_kv, schedule, limits_for_arch(arch))
 
@@ -177,7 +223,8 @@ def test_template_variables_are_exactly_the_rendered_ones():
 
 @pytest.mark.parametrize("missing", sorted(RENDER_VARS))
 def test_missing_template_variable_raises(missing):
-    code = _plan_case(CASES[7]).code  # chunked: every variable is used
+    code = _plan_case(CASES[9]).code  # chunked: every variable is used
+    assert code.variant == "chunked"
     values = {"code_name": code.name, "variant": code.variant, "varlen": code.varlen,
               "schedule": code.schedule, "split_kv": code.split_kv,
               "threads": code.threads, "capacity": code.capacity}
@@ -200,7 +247,8 @@ def test_misspelled_variable_in_a_template_raises():
 def test_variant_compiles_to_cubin(case):
     p = _plan_case(case)
     code = p.code
-    assert (code.variant, code.capacity) == case[7]
+    assert (code.variant, code.capacity, code.threads) == case[7]
+    assert (p.smem_static_bytes, p.smem_dynamic_bytes) == case[8], p.reason
     assert code.arch == case[1]
     cubin = _cubin(code)
     # an ELF64 little-endian CUDA executable for the exact SM, not PTX
@@ -214,11 +262,18 @@ def test_variant_compiles_to_cubin(case):
     texts = {s[len(".text."):] for s in _elf_sections(cubin) if s.startswith(".text.")}
     assert texts == want
     assert want <= _elf_symbols(cubin)
-    # static shared memory: within 48 KiB, and exactly the planner's formula
+    # the source is built for the planned block size and tile
+    src = render(code)
+    assert f"__launch_bounds__({code.threads})" in src
+    assert f"Schedule<{code.threads}, {code.split_kv}u," in src
+    if code.variant != "dynamic":
+        assert f"tile_words({code.capacity}u)" in src
+    # static shared memory: within 48 KiB, exactly the planner's formula and the literal
     for kernel in sorted(want):
         res = kernel_resources(cubin, kernel)
         assert res["static_smem_bytes"] <= STATIC_LIMIT, (kernel, res)
         assert res["static_smem_bytes"] == p.smem_static_bytes, (kernel, res, p.reason)
+        assert res["static_smem_bytes"] == case[8][0], (kernel, res)
         assert 0 < res["registers"] <= 255, (kernel, res)
     if code.variant == "dynamic":
         lim = limits_for_arch(code.arch)
@@ -226,11 +281,58 @@ def test_variant_compiles_to_cubin(case):
 
 
 def test_static_variant_at_largest_bucket_fits_48k():
-    """The upstream failure: batch 8192 in static smem. Here it is 33932 B / 34340 B."""
-    for varlen, want in ((False, 33932), (True, 34340)):
+    """The upstream failure: batch 8192 in static smem. Here it is 34956 B / 35364 B:
+    8449 * 4 + 136 (dense) / 544 (varlen) + 1024, with 1024 threads."""
+    for varlen, want in ((False, 34956), (True, 35364)):
         p = plan(8192, 1, varlen, 132, 256, "smxx", limits_for_arch("sm_90"))
+        assert p.threads == 1024
         res = kernel_resources(_cubin(p.code), "jitmeta_emit")
         assert res["static_smem_bytes"] == p.smem_static_bytes == want
+
+
+# (batch, knobs) per plan of the sweep below: every static bucket with its default
+# threads and with JITMETA_THREADS, dynamic at several block sizes, chunked at chunk sizes
+# that are and are not multiples of 32
+SWEEP = ([(cap, {}) for cap in (1024, 2048, 4096, 8192)]
+         + [(cap, {"JITMETA_THREADS": 32}) for cap in (1024, 8192)]
+         + [(2048, {"JITMETA_THREADS": 1024})]  # default there: 512
+         + [(8193, {"JITMETA_THREADS": t}) for t in (32, 96, 1024)]
+         + [(10**5, {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c})
+            for c in (32, 1000, 4095)])
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_compiled_smem_equals_formula_sweep(arch, varlen):
+    """.nv.shared of every kernel == the planner's formula, with and without reserved
+    bytes (sm_80: 0, sm_90: 1024), across buckets, block sizes and odd chunks."""
+    lim = limits_for_arch(arch)
+    rsv = lim.smem_reserved_bytes
+    seen = set()
+    for batch, knobs in SWEEP:
+        with envs.override(**knobs):
+            p = plan(batch, 1, varlen, 132, 256, "smxx", lim)
+        code = p.code
+        t = code.threads
+        if not knobs:
+            assert (code.variant, t) == ("static", static_threads(code.capacity, 1024))
+        elif "JITMETA_THREADS" in knobs:
+            assert t == knobs["JITMETA_THREADS"]
+        if code.variant == "static":
+            want = smem_static(code.capacity, t, varlen, rsv)
+        elif code.variant == "dynamic":
+            want, dyn = smem_dynamic(batch, t, varlen, rsv)
+            assert p.smem_dynamic_bytes == dyn == 4 * tile_words(batch)
+        else:
+            assert code.capacity == knobs["JITMETA_CHUNK"]
+            want = smem_chunked(code.capacity, t, varlen, rsv)
+        assert p.smem_static_bytes == want, (code.name, p.reason)
+        cubin = _cubin(code)
+        for kernel in kernel_names(code):
+            got = kernel_resources(cubin, kernel)["static_smem_bytes"]
+            assert got == want, (code.name, kernel, got, want)
+        seen.add(code)
+    assert len(seen) == len(SWEEP)
 
 
 def test_registers_are_read_for_pre_hopper_cubins():
@@ -238,7 +340,9 @@ def test_registers_are_read_for_pre_hopper_cubins():
     p = plan(100, 1, False, 108, 256, "smxx", limits_for_arch("sm_80"))
     cubin = _cubin(p.code)
     res = kernel_resources(cubin, "jitmeta_emit")
-    assert res["static_smem_bytes"] == p.smem_static_bytes == 4236  # no reserved bytes
+    # bucket 1024 at 256 threads, no reserved bytes: 1057 * 4 + 40 = 4268
+    assert p.threads == 256
+    assert res["static_smem_bytes"] == p.smem_static_bytes == 4268
     assert res["registers"] > 0, res
 
 
