@@ -150,7 +150,8 @@ def test_installed_wheel_renders_and_compiles(installed, tmp_path):
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got)
     assert not Path(got["cwd"]).resolve().is_relative_to(REPO)
     assert got["variant"] == "chunked" and got["elf"] is True
-    assert got["smem"] == got["plan_smem"] == 34340
+    # varlen chunk 8192: 8449 tile words * 4 + 34 summaries * 16 + 1024 reserved
+    assert got["smem"] == got["plan_smem"] == 8449 * 4 + 34 * 16 + 1024
 
 
 def test_installed_console_script_runs(installed, tmp_path):
@@ -169,7 +170,7 @@ def test_installed_console_script_runs(installed, tmp_path):
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["variant"] == "dynamic"
-    assert got["smem_bytes"] == 1168 + 8194 * 4
+    assert got["smem_bytes"] == 1168 + (8193 + 8193 // 32 + 1) * 4  # round16 + tile_words
     assert {"threads", "reason"} <= set(got)
     # a usage error exits 2
     res = _run([str(script), "plan", "--no-such-flag"], env=env, cwd=tmp_path)

@@ -98,7 +98,7 @@ class CodeSpec:
     schedule: str
     split_kv: int
     threads: int
-    capacity: int  # static: tile words; chunked: chunk words; dynamic: 0 (run time)
+    capacity: int  # static: tile elements; chunked: chunk elements; dynamic: 0 (run time)
     arch: str
 
     @property
@@ -207,14 +207,14 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             if smem > lim.smem_static_bytes:
                 return None
             return Plan(spec("static", cap, t), batch, next_n, num_sms, 1, smem, 0,
-                        f"{why}: static tile of {cap} words = {smem} B <= "
+                        f"{why}: static tile of {cap} elements, {smem} B <= "
                         f"{lim.smem_static_bytes} B static limit{budget_note}")
         if variant == "dynamic":
             st, dyn = smem_dynamic(batch, threads, varlen, rsv)
             if st + dyn > lim.smem_optin_bytes:
                 return None
             return Plan(spec("dynamic", 0), batch, next_n, num_sms, 1, st, dyn,
-                        f"{why}: dynamic tile of {batch + 1} words, {st + dyn} B <= "
+                        f"{why}: dynamic tile of {batch} elements, {st + dyn} B <= "
                         f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
         smem = smem_chunked(chunk, threads, varlen, rsv)
         if smem > lim.smem_static_bytes:
