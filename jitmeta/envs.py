@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-__all__ = ["EnvError", "Knob", "KNOBS", "get", "raw", "override", "describe"]
+__all__ = ["EnvError", "Knob", "KNOBS", "get", "raw", "override", "describe", "token_reader"]
 
 
 class EnvError(ValueError):
@@ -160,6 +160,43 @@ def get(name: str) -> Any:
         return knob.parse(raw)
     except ValueError as exc:
         raise EnvError(f"Unable to use {name}={raw!r}: {exc}. ({knob.help})") from None
+
+
+def _token_value(value: Any) -> Any:
+    """A hashable stand-in for an override value; never equal to a str or None."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("unhashable", type(value).__name__, repr(value))
+
+
+def token_reader(*names: str) -> Callable[[], tuple]:
+    """A function returning a cheap, hashable snapshot of the raw values of ``names``.
+
+    For hot-path caches that must notice any change of these knobs (an override or
+    the environment) without parsing them on every call: equal snapshots mean equal
+    values. With no override active it reads ``os.environ``'s underlying mapping
+    directly, once per name (a fraction of a microsecond for ten names, against
+    several for ``os.environ.get``); the environment itself is still read at each
+    call, never cached.
+    """
+    for name in names:
+        if name not in KNOBS:
+            raise KeyError(f"unknown jitmeta knob {name!r}; known: {', '.join(KNOBS)}")
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encode = getattr(environ, "encodekey", None)
+    keys = tuple(encode(n) for n in names) if data is not None and encode else None
+
+    def read() -> tuple:
+        if _global_overrides:
+            return tuple(_token_value(raw(n)) for n in names)
+        if keys is None or os.environ is not environ:
+            return tuple(os.environ.get(n) for n in names)
+        return tuple(map(data.get, keys))
+
+    return read
 
 
 @contextlib.contextmanager
