@@ -1,49 +1,73 @@
 """Load cubins into the CUDA context PyTorch uses, and launch them (cuda.bindings driver).
 
 One loaded module per (device, cache key), kept for the life of the process. Launches
-go to the stream the caller passes (the API passes ``torch.cuda.current_stream``); no
-host-device synchronization happens here.
+go to the stream the caller passes (the API passes the current stream of the tensor's
+device); no host-device synchronization happens here.
+
+The launch path is built for a small per-call host cost: kernel arguments are packed
+with one ``struct.pack_into`` into a per-thread C buffer, and the driver gets the
+address of a ``void*[]`` that points into it (cuda.bindings accepts ``kernelParams``
+as such an address), instead of a ``(values, types)`` tuple that it would convert
+argument by argument on every call.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import struct
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["DriverError", "LoadedModule", "load_module", "launch", "primary_context",
-           "device_context"]
+__all__ = ["DriverError", "LoadedModule", "KernelParams", "load_module", "get_module",
+           "loaded_modules", "launch", "primary_context", "device_context",
+           "make_current", "pop_current", "POINTER", "UINT32"]
 
 
 class DriverError(RuntimeError):
     """A CUDA driver call failed."""
 
 
+POINTER = ctypes.c_void_p  # a device pointer argument (8 bytes)
+UINT32 = ctypes.c_uint32   # an unsigned int argument (4 bytes)
+
 _lock = threading.RLock()  # load_module holds it while primary_context takes it
 _contexts: dict[int, object] = {}
+_context_ids: dict[int, int] = {}  # device -> int(primary context handle)
 _modules: dict[tuple[int, str], "LoadedModule"] = {}
 _initialized = False
+_drv = None  # cuda.bindings.driver, imported on first use (never at import)
+_tls = threading.local()
 
 
 def _driver():
-    from cuda.bindings import driver
+    global _drv
+    if _drv is None:
+        from cuda.bindings import driver
 
-    return driver
+        _drv = driver
+    return _drv
+
+
+def _error(err, what: str) -> DriverError:
+    driver = _driver()
+    _, name = driver.cuGetErrorName(err)
+    _, text = driver.cuGetErrorString(err)
+    return DriverError(f"{what} failed: {name.decode() if name else err} "
+                       f"({text.decode() if text else ''})")
 
 
 def _check(result, what: str):
     """Unwrap a cuda.bindings (err, *values) tuple, raising on error."""
-    driver = _driver()
     err, *values = result if isinstance(result, tuple) else (result,)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        _, name = driver.cuGetErrorName(err)
-        _, text = driver.cuGetErrorString(err)
-        raise DriverError(f"{what} failed: {name.decode() if name else err} "
-                          f"({text.decode() if text else ''})")
+    if err:  # CUresult is an int enum; CUDA_SUCCESS is 0
+        raise _error(err, what)
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
 
+
+# --- contexts ----------------------------------------------------------------------------
 
 def primary_context(device: int):
     """The primary context of ``device`` (the one PyTorch's runtime uses)."""
@@ -61,32 +85,60 @@ def primary_context(device: int):
             dev = _check(driver.cuDeviceGet(device), f"cuDeviceGet({device})")
             ctx = _check(driver.cuDevicePrimaryCtxRetain(dev),
                          f"cuDevicePrimaryCtxRetain({device})")
+            _context_ids[device] = int(ctx)
             _contexts[device] = ctx
     return ctx
+
+
+def make_current(device: int) -> bool:
+    """Make ``device``'s primary context current on this thread, if it is not already.
+
+    Returns True when a context was pushed; the caller then owes :func:`pop_current`.
+    The common case (PyTorch already made it current) costs one ``cuCtxGetCurrent``.
+    """
+    want = _context_ids.get(device)
+    if want is None:
+        primary_context(device)
+        want = _context_ids[device]
+    err, cur = _drv.cuCtxGetCurrent()
+    if err:
+        raise _error(err, "cuCtxGetCurrent")
+    if int(cur) == want:
+        return False
+    err, = _drv.cuCtxPushCurrent(_contexts[device])
+    if err:
+        raise _error(err, "cuCtxPushCurrent")
+    return True
+
+
+def pop_current() -> None:
+    """Undo a :func:`make_current` that returned True."""
+    err, _ = _drv.cuCtxPopCurrent()
+    if err:
+        raise _error(err, "cuCtxPopCurrent")
 
 
 class device_context:
     """Make ``device``'s primary context current for a block; cheap when it already is."""
 
-    __slots__ = ("ctx", "pushed")
+    __slots__ = ("device", "pushed")
 
     def __init__(self, device: int):
-        self.ctx = primary_context(device)
+        primary_context(device)
+        self.device = device
         self.pushed = False
 
     def __enter__(self):
-        driver = _driver()
-        cur = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        if int(cur) != int(self.ctx):
-            _check(driver.cuCtxPushCurrent(self.ctx), "cuCtxPushCurrent")
-            self.pushed = True
+        self.pushed = make_current(self.device)
         return self
 
     def __exit__(self, *exc):
         if self.pushed:
-            _check(_driver().cuCtxPopCurrent(), "cuCtxPopCurrent")
+            pop_current()
         return False
 
+
+# --- modules -----------------------------------------------------------------------------
 
 @dataclass
 class LoadedModule:
@@ -100,7 +152,11 @@ class LoadedModule:
 
 def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
                 max_dynamic_smem: int = 0) -> LoadedModule:
-    """Load ``cubin`` once per (device, key) and resolve the kernels ``names``."""
+    """Load ``cubin`` once per (device, key) and resolve the kernels ``names``.
+
+    Threads racing on one (device, key) load it once: the first takes the loader lock,
+    the others wait for it and find the module.
+    """
     mod = _modules.get((device, key))
     if mod is not None:
         return mod
@@ -129,39 +185,124 @@ def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
     return loaded
 
 
+def get_module(device: int, key: str) -> LoadedModule | None:
+    """The module already loaded for (device, key), or None (never loads)."""
+    return _modules.get((device, key))
+
+
 def loaded_modules() -> list[tuple[int, str]]:
     return list(_modules)
 
 
-_P = ctypes.c_void_p
-_U = ctypes.c_uint32
+# --- kernel arguments --------------------------------------------------------------------
+
+_CODES = {POINTER: ("Q", 8), UINT32: ("I", 4)}
+
+
+class KernelParams:
+    """Argument values of one kernel signature in one C buffer, and the ``void*[]``
+    the driver reads them through.
+
+    ``types`` is a sequence of :data:`POINTER` / :data:`UINT32`. Each value sits at its
+    natural alignment; ``pack(*values)`` overwrites them in one call, and
+    :attr:`address` is what ``cuLaunchKernel`` takes as ``kernelParams``. The driver
+    copies the values during the launch call, so the buffer is reusable right after
+    it, but not by another thread during it: keep one per thread.
+    """
+
+    __slots__ = ("types", "offsets", "size", "buffer", "pointers", "address", "pack")
+
+    def __init__(self, types):
+        fmt, offsets, offset = "=", [], 0
+        for t in types:
+            try:
+                code, size = _CODES[t]
+            except KeyError:
+                raise TypeError(f"kernel argument type must be runtime.POINTER or "
+                                f"runtime.UINT32; got {t!r}") from None
+            pad = -offset % size
+            fmt += f"{pad}x" * bool(pad) + code
+            offset += pad
+            offsets.append(offset)
+            offset += size
+        layout = struct.Struct(fmt)
+        self.types = tuple(types)
+        self.offsets = tuple(offsets)
+        self.size = layout.size
+        self.buffer = (ctypes.c_uint64 * max(1, -(-layout.size // 8)))()  # 8-aligned
+        base = ctypes.addressof(self.buffer)
+        self.pointers = (ctypes.c_void_p * max(1, len(offsets)))(
+            *(base + o for o in offsets))
+        self.address = ctypes.addressof(self.pointers)
+        self.pack = functools.partial(layout.pack_into, self.buffer, 0)
+
+    def values(self) -> tuple[int, ...]:
+        """Read the packed values back through the pointer array (for tests)."""
+        out = []
+        for i, t in enumerate(self.types):
+            addr = self.pointers[i]
+            out.append(ctypes.c_uint64.from_address(addr).value if t is POINTER
+                       else ctypes.c_uint32.from_address(addr).value)
+        return tuple(out)
+
+
+def thread_params(types: tuple) -> KernelParams:
+    """This thread's :class:`KernelParams` for the signature ``types``."""
+    try:
+        return _tls.params[types]
+    except AttributeError:
+        _tls.params = {}
+    except KeyError:
+        pass
+    params = _tls.params[types] = KernelParams(types)
+    return params
+
+
+# --- launch ------------------------------------------------------------------------------
+
+def _pdl_config(grid: int, threads: int, smem: int, stream: int):
+    """This thread's CUlaunchConfig carrying the programmatic-serialization attribute."""
+    cfg = getattr(_tls, "pdl_config", None)
+    if cfg is None:
+        driver = _driver()
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimY = cfg.gridDimZ = cfg.blockDimY = cfg.blockDimZ = 1
+        attr = driver.CUlaunchAttribute()
+        attr.id = (driver.CUlaunchAttributeID
+                   .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        _tls.pdl_config = cfg
+    cfg.gridDimX = grid
+    cfg.blockDimX = threads
+    cfg.sharedMemBytes = smem
+    cfg.hStream = _drv.CUstream(stream)
+    return cfg
 
 
 def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
            types: tuple, pdl: bool = False) -> None:
     """Launch ``fn`` on ``stream`` (a raw cudaStream_t as int). No synchronization.
 
+    ``args`` are ints (device addresses for :data:`POINTER`, values for
+    :data:`UINT32`), ``types`` their kinds. The calling thread must have the function's
+    context current (see :func:`make_current`).
+
     With ``pdl`` the launch carries the programmatic-stream-serialization attribute,
     so it may start while the previous kernel in the stream finishes; the kernel
     waits for that kernel's results with ``griddepcontrol.wait``.
     """
-    driver = _driver()
-    if not pdl:
-        _check(driver.cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, smem, stream,
-                                     (args, types), 0), "cuLaunchKernel")
+    params = thread_params(types)
+    params.pack(*args)
+    driver = _drv if _drv is not None else _driver()
+    if pdl:
+        err, = driver.cuLaunchKernelEx(_pdl_config(grid, threads, smem, stream), fn,
+                                       params.address, 0)
+        if err:
+            raise _error(err, "cuLaunchKernelEx")
         return
-    cfg = driver.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
-    cfg.sharedMemBytes = smem
-    cfg.hStream = driver.CUstream(stream)
-    attr = driver.CUlaunchAttribute()
-    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmaticStreamSerializationAllowed = 1
-    cfg.attrs = [attr]
-    cfg.numAttrs = 1
-    _check(driver.cuLaunchKernelEx(cfg, fn, (args, types), 0), "cuLaunchKernelEx")
-
-
-POINTER = _P
-UINT32 = _U
+    err, = driver.cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, smem, stream,
+                                 params.address, 0)
+    if err:
+        raise _error(err, "cuLaunchKernel")
