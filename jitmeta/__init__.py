@@ -7,6 +7,7 @@ configures no logging.
 """
 
 from . import envs
+from . import ops  # registers torch.ops.jitmeta.* (no other import-time effect)
 from .api import CaptureCompileError, InputValueError, get_paged_mqa_logits_metadata
 from .heuristics import DeviceLimits, Plan, PlanError, limits_for_arch
 from .heuristics import plan as _plan_fn
@@ -17,7 +18,7 @@ from .warm import warm
 __version__ = "0.1.0"
 
 __all__ = ["get_paged_mqa_logits_metadata", "plan", "reference_schedule", "warm", "envs",
-           "stats", "Plan", "PlanError", "DeviceLimits", "limits_for_arch",
+           "ops", "stats", "Plan", "PlanError", "DeviceLimits", "limits_for_arch",
            "OfflineMissError", "InputValueError", "CaptureCompileError", "__version__"]
 
 
