@@ -1,0 +1,554 @@
+"""The real CUDA kernels, emulated on the CPU, bit-exact against the reference.
+
+No GPU: the rendered source (``render(plan.code)``) is compiled by g++ with the shim in
+``tests/emulator`` and every block's threads run as OS threads (``__syncthreads`` and
+warp shuffles as on a GPU). Each case is planned exactly as the library plans it
+(``plan`` under ``envs.override``, sm_90 limits) and launched as ``api.Launcher``
+launches it. Small blocks (``JITMETA_THREADS``) and small tiles (``JITMETA_CHUNK``)
+keep it fast and give the chunked variant many slabs, so sums and varlen parities
+cross slab boundaries; a few cases run the library's default configurations.
+
+Random inputs come from a fresh seed, printed and named in every failure; rerun with
+``JITMETA_TEST_SEED=<seed> pytest tests/test_kernel_emulation.py``. Skipped (with the
+reason shown by ``pytest -ra``) where there is no g++.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import re
+import sys
+import zlib
+
+import pytest
+import torch
+
+import jitmeta
+from jitmeta import envs
+from jitmeta.heuristics.arch import limits_for_arch
+from jitmeta.heuristics.plan import plan as make_plan
+from jitmeta.impls.render import render
+from jitmeta.reference import varlen_atoms
+
+from emulator import Case, EmulatorError, compiler, emulate, emulate_cases, get_emulator
+
+pytestmark = pytest.mark.skipif(
+    compiler() is None or not sys.platform.startswith("linux"),
+    reason="the kernel emulator needs g++ (or $CXX) on Linux: it compiles the rendered "
+           "CUDA source as C++ and runs blocks as pthreads")
+
+_env_seed = os.environ.get("JITMETA_TEST_SEED")
+SEED = int(_env_seed) if _env_seed else int.from_bytes(os.urandom(4), "little")
+SEED_NOTE = f"JITMETA_TEST_SEED={SEED}"
+print(f"[test_kernel_emulation] seed={SEED} (rerun with {SEED_NOTE})")
+
+LIMITS = limits_for_arch("sm_90")
+SPLIT_KV = 256
+U32_MAX = 2**32 - 1
+INT32_MAX = 2**31 - 1
+LENGTH_KINDS = ("zeros", "ones", "edges", "mixed", "large", "huge_one")
+INDEX_KINDS = ("runs", "long", "single", "distinct", "pairs")
+
+
+def rngs(*parts) -> tuple[random.Random, torch.Generator]:
+    """Python and torch generators for one test, derived from SEED and the test's name."""
+    s = (SEED ^ zlib.crc32(repr(parts).encode())) & 0xFFFFFFFF
+    return random.Random(s), torch.Generator().manual_seed(s)
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+def total_units(ctx: torch.Tensor, idx: torch.Tensor | None, split_kv: int = SPLIT_KV
+                ) -> int:
+    """The kernel's grand total (kv splits x atoms), as the reference counts it."""
+    if idx is None:
+        next_n = ctx.shape[1]
+        atoms = (next_n + 1) // 2 if next_n >= 2 else 1
+        segs = (ctx[:, -1].to(torch.int64) + split_kv - 1) // split_kv
+        return int(segs.sum()) * atoms
+    lens = varlen_atoms(ctx[:, 0], idx)[1]
+    return int(((lens + split_kv - 1) // split_kv).sum())
+
+
+def lengths(kind: str, batch: int, next_n: int, g: torch.Generator) -> torch.Tensor:
+    shape = (batch, next_n)
+    if kind == "zeros":
+        return torch.zeros(shape, dtype=torch.int32)
+    if kind == "ones":
+        return torch.ones(shape, dtype=torch.int32)
+    if kind == "edges":  # around split_kv multiples, zeros included
+        choices = torch.tensor([0, 1, 255, 256, 257, 511, 512, 513], dtype=torch.int32)
+        return choices[torch.randint(0, len(choices), shape, generator=g)]
+    if kind == "mixed":
+        t = torch.randint(0, 20000, shape, generator=g, dtype=torch.int32)
+        t[torch.rand(shape, generator=g) < 0.2] = 0
+        return t
+    if kind == "large":
+        return torch.randint(0, INT32_MAX, shape, generator=g, dtype=torch.int64).to(torch.int32)
+    if kind == "huge_one":
+        t = torch.randint(0, 300, shape, generator=g, dtype=torch.int32)
+        t[int(torch.randint(0, batch, (1,), generator=g))] = INT32_MAX
+        return t
+    raise ValueError(kind)
+
+
+def fit_u32(ctx: torch.Tensor, idx: torch.Tensor | None, split_kv: int = SPLIT_KV
+            ) -> torch.Tensor:
+    """Halve the lengths until the total fits the kernel's uint32 (the API contract)."""
+    while total_units(ctx, idx, split_kv) > U32_MAX:
+        ctx = ctx // 2
+    return ctx
+
+
+def indices(kind: str, batch: int, rng: random.Random, g: torch.Generator,
+            slab: int = 100) -> torch.Tensor:
+    """token -> request ids; runs of equal ids are what the varlen parity follows."""
+    if kind == "distinct":
+        return torch.arange(batch, dtype=torch.int32)
+    if kind == "single":
+        return torch.full((batch,), 7, dtype=torch.int32)
+    if kind == "pairs":
+        return (torch.arange(batch) // 2).to(torch.int32)
+    if kind == "runs":  # runs of 1..5, ids shuffled and reused (some neighbours merge)
+        runs = torch.randint(1, 6, (batch,), generator=g)
+        ids = torch.repeat_interleave(torch.arange(batch), runs)[:batch]
+        perm = torch.randperm(batch, generator=g)
+        return (perm[ids] % max(1, batch // 3 + 1)).to(torch.int32)
+    if kind == "long":  # short runs and runs spanning several slabs, at any offset
+        out, rid = [], 0
+        while len(out) < batch:
+            if rng.random() < 0.2:
+                n = rng.randint(slab, 4 * slab) + rng.choice((-1, 0, 1))
+            else:
+                n = rng.randint(1, 5)
+            out += [rid] * max(1, n)
+            rid += 1
+        return torch.tensor(out[:batch], dtype=torch.int32)
+    raise ValueError(kind)
+
+
+def plan_case(variant: str | None, batch: int, next_n: int, varlen: bool, num_sms: int,
+              schedule: str, threads: int | None = None, chunk: int | None = None,
+              split_kv: int = SPLIT_KV):
+    """The library's plan for a call (sm_90 limits), with the knobs set."""
+    with envs.override(JITMETA_VARIANT=variant, JITMETA_THREADS=threads,
+                       JITMETA_CHUNK=chunk):
+        return make_plan(batch, next_n, varlen, num_sms, split_kv, schedule, LIMITS)
+
+
+def make_case(rng: random.Random, g: torch.Generator, variant: str | None, varlen: bool,
+              schedule: str, batch: int, *, next_n: int = 1, threads: int | None = None,
+              chunk: int | None = None, length_kind: str | None = None,
+              index_kind: str | None = None, num_sms: int | None = None,
+              misalign: int | None = None, split_kv: int = SPLIT_KV) -> Case:
+    length_kind = length_kind or rng.choice(LENGTH_KINDS)
+    idx = None
+    if varlen:
+        index_kind = index_kind or rng.choice(INDEX_KINDS)
+        idx = indices(index_kind, batch, rng, g, slab=chunk or 100)
+    ctx = fit_u32(lengths(length_kind, batch, next_n, g), idx, split_kv)
+    if num_sms is None:  # 1, 3, an H100's 132, or more SMs than work items
+        atoms = (next_n + 1) // 2 if next_n >= 2 else 1
+        num_sms = rng.choice((1, 3, 132, batch * atoms + rng.randint(1, 40)))
+    if misalign is None:  # a sliced input tensor is only 4-byte aligned
+        misalign = rng.choice((0, 0, 0, 4, 8, 12))
+    p = plan_case(variant, batch, next_n, varlen, num_sms, schedule, threads, chunk,
+                  split_kv)
+    label = (f"{p.code.name} batch={batch} next_n={next_n} num_sms={num_sms} "
+             f"lengths={length_kind}" + (f" indices={index_kind}" if varlen else "") +
+             f" misalign={misalign}")
+    return Case(p, ctx, idx, num_sms, misalign=misalign, seed=rng.getrandbits(32),
+                label=label)
+
+
+def reference(case: Case) -> torch.Tensor:
+    return jitmeta.reference_schedule(case.context_lens, case.num_sms, case.indices,
+                                      split_kv=case.plan.code.split_kv,
+                                      schedule=case.plan.code.schedule)
+
+
+def mismatches(cases, outs) -> list[str]:
+    bad = []
+    for case, got in zip(cases, outs):
+        want = reference(case)
+        if not torch.equal(got, want):
+            rows = (got != want).any(dim=1).nonzero().flatten()[:4].tolist()
+            detail = [(r, got[r].tolist(), want[r].tolist()) for r in rows]
+            bad.append(f"{case.label}: rows (row, kernel, reference) {detail}")
+    return bad
+
+
+def check_all(cases: list[Case], what: str) -> None:
+    try:
+        outs = emulate_cases(cases)
+    except EmulatorError as exc:
+        pytest.fail(f"{what}: {exc}\n{SEED_NOTE}")
+    bad = mismatches(cases, outs)
+    assert not bad, (f"{what}: {len(bad)} of {len(cases)} cases differ from the reference "
+                     f"({SEED_NOTE}):\n" + "\n".join(bad[:8]))
+
+
+# --- the variant matrix ----------------------------------------------------------------------
+
+STATIC_THREADS = (32, 64, 128, 256)
+CHUNKED = ((32, 32), (64, 32), (32, 64), (64, 100), (128, 100), (256, 256))
+# Thread-slabs per chunked test (cost ~ 100 us each on one CPU); keeps the file fast.
+CHUNKED_BUDGET = 40_000
+
+
+def batch_choices(rng: random.Random, threads: int, top: int) -> list[int]:
+    edges = [1, 2, 3, 31, 32, 33, threads - 1, threads, threads + 1, 255, 256, 257, top - 1,
+             top]
+    return [b for b in edges if 1 <= b <= top] + [rng.randint(1, top) for _ in range(6)]
+
+
+def matrix_cases(variant: str, mode: str, schedule: str) -> list[Case]:
+    rng, g = rngs("matrix", variant, mode, schedule)
+    varlen = mode == "varlen"
+    cases = []
+
+    def add(batch, **kw):
+        next_n = 1 if varlen else 1 + len(cases) % 4  # 1..4 in turn
+        cases.append(make_case(rng, g, variant, varlen, schedule, batch, next_n=next_n,
+                               length_kind=LENGTH_KINDS[len(cases) % len(LENGTH_KINDS)],
+                               **kw))
+
+    if variant in ("static", "dynamic"):
+        for threads in STATIC_THREADS:
+            for b in batch_choices(rng, threads, 1024):
+                add(b, threads=threads)
+        # bigger static buckets (2048, 4096) and dynamic tiles up to a few thousand
+        for b in (1025, rng.randint(1026, 2048), 2049, rng.randint(2050, 4096), 4096):
+            add(b, threads=rng.choice(STATIC_THREADS))
+    else:
+        spent = 0
+        configs = list(CHUNKED)
+        rng.shuffle(configs)
+        for threads, chunk in configs:
+            edges = [1, chunk - 1, chunk, chunk + 1, 2 * chunk, 3 * chunk + 7]
+            rand = [rng.randint(1, 40 * chunk) for _ in range(4)]
+            for b in edges + rand:
+                cost = -(-b // chunk) * threads
+                if spent + cost > CHUNKED_BUDGET and b not in edges:
+                    continue
+                spent += cost
+                add(b, threads=threads, chunk=chunk)
+    return cases
+
+
+@pytest.mark.parametrize("schedule", ["smxx", "sm90"])
+@pytest.mark.parametrize("mode", ["dense", "varlen"])
+@pytest.mark.parametrize("variant", ["static", "dynamic", "chunked"])
+def test_kernels_match_reference(variant, mode, schedule):
+    cases = matrix_cases(variant, mode, schedule)
+    assert all(c.plan.variant == variant for c in cases)
+    check_all(cases, f"{variant} {mode} {schedule}")
+
+
+def test_chunked_carries_across_many_slabs():
+    """Runs of equal indices spanning several slabs, starting at every offset parity."""
+    rng, g = rngs("carries")
+    cases = []
+    for threads, chunk in ((32, 32), (64, 64), (32, 100)):
+        for schedule in ("smxx", "sm90"):
+            for start in (0, 1, chunk - 2, chunk - 1, chunk, chunk + 1):
+                batch = 6 * chunk + rng.randint(0, chunk)
+                idx = torch.arange(batch, dtype=torch.int32)
+                length = 3 * chunk + rng.randint(0, 3)  # one long run from `start`
+                idx[start:start + length] = -1
+                ctx = fit_u32(lengths(rng.choice(("mixed", "edges")), batch, 1, g), idx)
+                num_sms = rng.choice((1, 3, 132, batch + 5))
+                p = plan_case("chunked", batch, 1, True, num_sms, schedule, threads, chunk)
+                cases.append(Case(p, ctx, idx, num_sms, seed=rng.getrandbits(32),
+                                  label=f"{p.code.name} batch={batch} run=[{start}, "
+                                        f"{start + length}) num_sms={num_sms}"))
+            for _ in range(2):  # dense sums over many slabs
+                batch = rng.randint(10 * chunk, 30 * chunk)
+                cases.append(make_case(rng, g, "chunked", False, schedule, batch,
+                                       next_n=rng.randint(1, 4), threads=threads,
+                                       chunk=chunk))
+    check_all(cases, "chunked carries")
+
+
+def test_library_default_configurations():
+    """The block sizes and tiles the planner picks by itself (no JITMETA_THREADS/CHUNK)."""
+    rng, g = rngs("defaults")
+    cases = []
+    for varlen in (False, True):
+        schedule = rng.choice(("smxx", "sm90"))
+        for variant, batch in (("static", rng.randint(1, 1024)), ("static", 3000),
+                               ("dynamic", rng.randint(1, 5000)),
+                               ("chunked", rng.randint(8193, 20000))):
+            cases.append(make_case(rng, g, variant, varlen, schedule, batch,
+                                   next_n=1 if varlen else rng.randint(1, 4)))
+    # what an unforced plan picks for a mid-size batch
+    cases.append(make_case(rng, g, None, True, "smxx", 1000))
+    assert {c.plan.threads for c in cases} >= {256, 1024}, [c.plan.threads for c in cases]
+    check_all(cases, "default configurations")
+
+
+def test_1024_threads():
+    rng, g = rngs("1024")
+    cases = []
+    for varlen in (False, True):
+        for variant, batch, chunk in (("static", rng.randint(900, 1024), None),
+                                      ("static", rng.randint(2049, 4096), None),
+                                      ("dynamic", rng.randint(1025, 3000), None),
+                                      ("chunked", rng.randint(2500, 3000), 1024)):
+            cases.append(make_case(rng, g, variant, varlen, rng.choice(("smxx", "sm90")),
+                                   batch, next_n=1 if varlen else rng.randint(1, 4),
+                                   threads=1024, chunk=chunk))
+    check_all(cases, "1024 threads")
+
+
+def test_other_split_kv():
+    """split_kv is baked into the kernel: a few other values."""
+    rng, g = rngs("split_kv")
+    cases = []
+    for split_kv in (64, 128, 512, 1024):
+        for variant in ("static", "dynamic", "chunked"):
+            for varlen in (False, True):
+                cases.append(make_case(rng, g, variant, varlen, rng.choice(("smxx", "sm90")),
+                                       rng.randint(1, 700), threads=rng.choice((32, 64)),
+                                       next_n=1 if varlen else rng.randint(1, 4),
+                                       chunk=rng.choice((32, 64)), split_kv=split_kv))
+    check_all(cases, "other split_kv")
+
+
+def test_uint32_total_edge():
+    """Totals just below 2^32 kv splits (the contract's limit): uint32 arithmetic."""
+    rng, g = rngs("u32")
+    cases = []
+    for variant in ("static", "dynamic", "chunked"):
+        for next_n, batch in ((1, 511), (3, 255), (4, 255)):
+            ctx = torch.full((batch, next_n), INT32_MAX, dtype=torch.int32)
+            assert 2**32 - 2**25 < total_units(ctx, None) <= U32_MAX
+            num_sms = rng.choice((1, 3, 132, 1000))
+            p = plan_case(variant, batch, next_n, False, num_sms, rng.choice(("smxx", "sm90")),
+                          64, 32 if variant == "chunked" else None)
+            cases.append(Case(p, ctx, None, num_sms, label=f"{p.code.name} u32 edge "
+                              f"batch={batch} next_n={next_n} num_sms={num_sms}"))
+        idx = (torch.arange(1022) // 2).to(torch.int32)  # 511 atoms of INT32_MAX
+        ctx = torch.full((1022, 1), INT32_MAX, dtype=torch.int32)
+        p = plan_case(variant, 1022, 1, True, 132, "smxx", 64,
+                      32 if variant == "chunked" else None)
+        cases.append(Case(p, ctx, idx, 132, label=f"{p.code.name} u32 edge varlen"))
+    check_all(cases, "uint32 edge")
+
+
+# --- the emulator can fail: broken kernels ------------------------------------------------
+
+# (name, [(pattern, replacement), ...] tried in order, variants, modes). Each is a real
+# bug. (Flipping `s < r ? s : r` to `s <= r` would not be: at s == r both give r.)
+MUTANTS = [
+    ("search picks the item ending at the start",
+     [(r"if \((tile\[[^\]]*\bmid\b[^\]]*\]) > x\)", r"if (\1 >= x)")],
+     ("static", "dynamic", "chunked"), ("dense", "varlen")),
+    ("slab carry includes its own slab", [(r"if \(i < g\)", "if (i <= g)")],
+     ("chunked",), ("dense", "varlen")),
+    ("slice summary assumes parity 0 coming in",
+     [(r"p0 = 0, p1 = 1;", "p0 = 0, p1 = 0;")], ("static", "chunked"), ("varlen",)),
+    ("varlen halo word never loaded",
+     [(r"VARLEN \? n : n - 1", "VARLEN ? n - 1 : n - 1"),
+      (r"i <= n; i \+= THREADS", "i < n; i += THREADS")],
+     ("dynamic", "chunked"), ("varlen",)),
+    ("atoms rounded down", [(r"\(next_n \+ 1\) / 2", "next_n / 2")],
+     ("static", "chunked"), ("dense",)),
+]
+
+
+def mutate(source: str, edits) -> str | None:
+    for pattern, repl in edits:
+        out, n = re.subn(pattern, repl, source)
+        if n:
+            return out
+    return None
+
+
+@pytest.mark.parametrize("name,edits,variants,modes", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_broken_kernel_is_caught(name, edits, variants, modes):
+    rng, g = rngs("mutant", name)
+    cases = []
+    for variant in variants:
+        for mode in modes:
+            varlen = mode == "varlen"
+            for i in range(6):
+                schedule = ("smxx", "sm90")[i % 2]
+                batch = rng.choice((rng.randint(1, 300), rng.randint(100, 700)))
+                case = make_case(rng, g, variant, varlen, schedule, batch,
+                                 next_n=1 if varlen else 1 + i % 4, threads=64,
+                                 chunk=32 if variant == "chunked" else None,
+                                 length_kind=("edges", "mixed", "zeros")[i % 3],
+                                 index_kind=("runs", "long")[i % 2])
+                broken = mutate(render(case.plan.code), edits)
+                if broken is None:
+                    pytest.skip(f"the kernel source no longer contains the code this mutant "
+                                f"edits ({edits[0][0]!r}); update MUTANTS")
+                cases.append(dataclasses.replace(case, source=broken))
+    # the same cases pass unbroken
+    check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
+    try:
+        outs = emulate_cases(cases)
+    except EmulatorError:
+        return  # caught as a fault
+    assert mismatches(cases, outs), (f"mutant '{name}' produced the reference output on all "
+                                     f"{len(cases)} cases: the emulator cannot tell it "
+                                     f"apart ({SEED_NOTE})")
+
+
+# --- sanitizers ----------------------------------------------------------------------------
+
+def _sanitizer_works(flag: str) -> bool:
+    """Whether a -fsanitize=flag build compiles and runs here (TSan, for one, needs a
+    kernel whose address-space layout it knows)."""
+    source = ("typedef unsigned u32;\nextern \"C\" __global__ void jitmeta_emit(const int* "
+              "c, const int* i, u32 b, u32 n, u32 s, int* out, const void* w) {\n"
+              "    if (threadIdx.x == 0) { out[0] = 1; out[1] = 2; out[2] = 3; out[3] = 4; }\n}\n")
+    case = Case(_plan_for_source(32), torch.zeros(10, 1, dtype=torch.int32), None, 1,
+                source=source)
+    try:
+        return emulate_cases([case], sanitize=flag)[0].flatten().tolist() == [1, 2, 3, 4]
+    except EmulatorError:
+        return False
+
+
+def small_cases(rng, g, n=2):
+    cases = []
+    for variant in ("static", "dynamic", "chunked"):
+        for varlen in (False, True):
+            for _ in range(n):
+                cases.append(make_case(rng, g, variant, varlen, rng.choice(("smxx", "sm90")),
+                                       rng.randint(1, 200), next_n=1 if varlen else
+                                       rng.randint(1, 4), threads=64,
+                                       chunk=32 if variant == "chunked" else None))
+    return cases
+
+
+@pytest.mark.parametrize("sanitize", ["address,undefined", "thread"])
+def test_sanitized_kernels(sanitize):
+    """ASan+UBSan (out-of-bounds shared/global memory, UB) and TSan (races between the
+    block's threads: a missing __syncthreads) find nothing in the kernels."""
+    if not _sanitizer_works(sanitize):
+        pytest.skip(f"g++ -fsanitize={sanitize} does not build here")
+    rng, g = rngs("sanitize", sanitize)
+    cases = small_cases(rng, g)
+    try:
+        outs = emulate_cases(cases, sanitize=sanitize)
+    except EmulatorError as exc:
+        pytest.fail(f"-fsanitize={sanitize}: {exc}\n{SEED_NOTE}")
+    bad = mismatches(cases, outs)
+    assert not bad, f"{SEED_NOTE}\n" + "\n".join(bad)
+
+
+def test_missing_barrier_is_reported_as_a_race():
+    if not _sanitizer_works("thread"):
+        pytest.skip("g++ -fsanitize=thread does not build here")
+    rng, g = rngs("race")
+    case = make_case(rng, g, "chunked", True, "smxx", 300, threads=64, chunk=32)
+    broken, n = re.subn(r"(Sched::load_tile\([^;]*;\s*)__syncthreads\(\);", r"\1",
+                        render(case.plan.code))
+    if not n:
+        pytest.skip("no `load_tile(...); __syncthreads();` in the kernel source any more")
+    with pytest.raises(EmulatorError, match="data race"):
+        emulate_cases([dataclasses.replace(case, source=broken)], sanitize="thread")
+
+
+# --- the emulator itself: CUDA semantics and fault reports -----------------------------------
+
+PRIMITIVES = r"""
+typedef unsigned u32;
+extern "C" __global__ void __launch_bounds__(96)
+jitmeta_emit(const int* ctx, const int* idx, u32 batch, u32 next_n, u32 num_sms, int* out,
+             const void* ws) {
+    __shared__ u32 ring[96];
+    __shared__ u32 never_written;
+    const u32 t = threadIdx.x, lane = t & 31, v = t * 7u + 3u;
+    int* o = out + 10 * t;
+    o[0] = (int)__shfl_up_sync(0xffffffffu, v, 3);
+    o[1] = (int)__shfl_down_sync(0xffffffffu, v, 5);
+    o[2] = (int)__shfl_xor_sync(0xffffffffu, v, 6);
+    o[3] = (int)__shfl_sync(0xffffffffu, v, 31 - lane);
+    o[4] = (int)__shfl_sync(0xffffffffu, v, lane + 4, 8);
+    o[5] = (int)__ballot_sync(0xffffffffu, (v & 3u) == 1u);
+    o[6] = __syncthreads_count(t % 3u == 0u);
+    o[7] = __syncthreads_or(t == blockDim.x - 1) + 2 * __syncthreads_and(t < 1000u);
+    ring[t] = v;
+    __syncthreads();
+    o[8] = (int)ring[(t + 1) % blockDim.x];
+    o[9] = (int)min(t, 40) + 1000 * (int)max(-1, (int)t - 50);
+    if (t == 0) out[10 * blockDim.x] = (int)never_written;
+}
+"""
+
+
+def _plan_for_source(threads: int, batch: int = 10, num_sms: int = 1):
+    return plan_case("static", batch, 1, False, num_sms, "smxx", threads)
+
+
+def test_shim_follows_cuda_semantics():
+    """Shuffles (up/down/xor/idx/width), ballot, __syncthreads_count/or/and, shared
+    arrays, CUDA's min/max, and fresh shared memory holding garbage."""
+    T = 96
+    p = _plan_for_source(T, num_sms=5 * T)
+    ctx = torch.zeros(10, 1, dtype=torch.int32)
+    outs = emulate_cases([Case(p, ctx, None, 5 * T, seed=s, source=PRIMITIVES)
+                          for s in (1, 2)])
+    got = outs[0].flatten().tolist()
+    v = [t * 7 + 3 for t in range(T)]
+    for t in range(T):
+        lane, base = t % 32, t - t % 32
+        w8 = lane & ~7
+        ballot = sum(1 << (u - base) for u in range(base, base + 32) if v[u] & 3 == 1)
+        want = [v[base + (lane - 3 if lane >= 3 else lane)],
+                v[base + (lane + 5 if lane + 5 < 32 else lane)],
+                v[base + (lane ^ 6)],
+                v[base + 31 - lane],
+                v[base + w8 + ((lane + 4) & 7)],
+                ballot - (1 << 32) if ballot >= 1 << 31 else ballot,
+                len(range(0, T, 3)),
+                3,
+                v[(t + 1) % T],
+                min(t, 40) + 1000 * max(-1, t - 50)]
+        assert got[10 * t:10 * t + 10] == want, f"thread {t}: {got[10 * t:10 * t + 10]}"
+    # a __shared__ variable nobody wrote holds the garbage of that launch's seed
+    assert outs[0][5 * T, 0] != outs[1][5 * T, 0]
+
+
+FAULTS = {
+    "stray write": (r"if (threadIdx.x == 0) out[(num_sms + 1) * 2] = 1;",
+                    "stray write next to out"),
+    "read past the end": (r"if (threadIdx.x == 0) out[0] = ctx[(batch * next_n + 63) / 64 * 64];",
+                          "fatal signal 11"),
+    "write to an input": (r"if (threadIdx.x == 0) ((int*)ctx)[0] = 1;", "fatal signal 11"),
+    "partial shuffle mask": (r"out[0] = __shfl_sync(0x0000ffffu, 1, 0);",
+                             "only masks naming every lane"),
+    "divergent barrier": (r"if (threadIdx.x == 0) { __syncthreads(); } "
+                          r"else { out[0] = __shfl_sync(0xffffffffu, 1, 0); }", "deadlock"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_faults_are_reported(fault):
+    body, message = FAULTS[fault]
+    source = ("typedef unsigned u32;\nextern \"C\" __global__ void jitmeta_emit(const int* "
+              "ctx, const int* idx, u32 batch, u32 next_n, u32 num_sms, int* out, "
+              "const void* ws) {\n    " + body + "\n}\n")
+    p = _plan_for_source(64)
+    case = Case(p, torch.zeros(10, 1, dtype=torch.int32), None, 1, label=fault,
+                source=source)
+    with pytest.raises(EmulatorError, match=message) as info:
+        emulate_cases([case], deadlock_s=2)
+    assert info.value.case_index == 0
+
+
+def test_emulate_single_call_api():
+    """The one-call API (for scripts): plan, emulate, compare."""
+    rng, g = rngs("api")
+    ctx = lengths("mixed", 300, 2, g)
+    p = plan_case("dynamic", 300, 2, False, 132, "sm90", 128)
+    out = emulate(p.code, p, ctx, None, 132)
+    want = jitmeta.reference_schedule(ctx, 132, schedule="sm90")
+    assert out.dtype == torch.int32 and out.shape == (133, 2)
+    assert torch.equal(out, want), SEED_NOTE
