@@ -267,6 +267,8 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
     key = (device, batch, next_n, varlen, num_sms, split_kv, schedule, _plan_token())
     hit = _launchers.get(key)
     if hit is not None:
+        if hit.ws_words and not _spares.get(device):
+            _replenish(device, hit.ws_words)
         return hit
     p = plan_for(batch, next_n, varlen, num_sms, split_kv, schedule, device)
     mod = runtime.get_module(device, jit_build.key_for(p.code)[0])
@@ -297,7 +299,7 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
     return launcher
 
 
-# --- the chunked variant's workspace -------------------------------------------------------
+# --- the chunked variant's workspace ------------------------------------------------------
 #
 # The chunked variant's two kernels pass per-slab summaries through a small global
 # workspace. Invariants:
@@ -306,10 +308,14 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
 #   in each thread, so it is keyed by thread too;
 # * a workspace's lock is held while both kernels of a call are enqueued, so calls
 #   from several threads on one stream cannot interleave summarize/emit pairs;
-# * buffers are never freed (a captured graph may hold a pointer into an old one);
+# * buffers come from the driver (runtime.allocate), not from PyTorch's caching
+#   allocator: a first call during torch.compile's CUDA-graph warm-up must not take
+#   memory from a graph's private pool; they are never freed (a captured graph may
+#   hold a pointer into an old one);
 # * nothing is allocated during CUDA-graph capture: a capture stream without a large
-#   enough workspace adopts a spare reserved for its device by an earlier eager call
-#   or by prepare() (warm(load=True)), else CaptureCompileError says to warm first.
+#   enough workspace adopts the spare reserved for its device by an earlier eager
+#   chunked call or by prepare() (warm(load=True)), which reserve the next spare once
+#   one was adopted; with no spare, CaptureCompileError says to warm first.
 # Graphs captured on one stream share that stream's workspace: replay them in one
 # stream order (as engines do), or capture them on different streams.
 
@@ -322,7 +328,7 @@ class _Workspace:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.buffers: list[torch.Tensor] = []
+        self.buffers: list[tuple[int, int]] = []  # (address, words), newest last
         self.words = 0
         self.ptr = 0
 
@@ -337,25 +343,26 @@ class _Workspace:
                         f"being captured on stream {stream:#x} of cuda:{device}, which has "
                         "no workspace, and nothing may be allocated during capture. Warm "
                         "first: one eager call of a chunked shape on this device before "
-                        f"capturing (or jitmeta.warm(device={device}, load=True)) reserves "
-                        "a workspace the capture stream adopts; each new capture stream "
-                        "adopts one, so warm again before capturing on another new stream")
+                        f"capturing (any stream), or jitmeta.warm(device={device}, "
+                        "load=True), reserves a workspace that the capture stream adopts; "
+                        "each new capture stream adopts one, and the next eager call or "
+                        "warm reserves the next (or run one eager call on the capture "
+                        "stream itself)")
             else:
                 buf = _new_buffer(device, max(words, 2 * self.words, _WS_MIN_WORDS))
                 _reserve_spare(device, words)
             self.buffers.append(buf)
-            self.words = buf.numel()
-            self.ptr = buf.data_ptr()
+            self.ptr, self.words = buf
         return self.ptr
 
 
 _workspaces: dict[tuple, _Workspace] = {}
-_spares: dict[int, list[torch.Tensor]] = {}
+_spares: dict[int, list[tuple[int, int]]] = {}
 _ws_lock = threading.Lock()
 
 
-def _new_buffer(device: int, words: int) -> torch.Tensor:
-    return torch.empty(words, dtype=torch.int32, device=torch.device("cuda", device))
+def _new_buffer(device: int, words: int) -> tuple[int, int]:
+    return runtime.allocate(device, 4 * words), words
 
 
 def _reserve_spare(device: int, words: int) -> None:
@@ -363,16 +370,23 @@ def _reserve_spare(device: int, words: int) -> None:
     stream (allocates; never call during capture)."""
     with _ws_lock:
         spares = _spares.setdefault(device, [])
-        if any(b.numel() >= words for b in spares):
+        if any(w >= words for _, w in spares):
             return
         spares.append(_new_buffer(device, max(words, _WS_MIN_WORDS)))
 
 
-def _take_spare(device: int, words: int) -> torch.Tensor | None:
+def _replenish(device: int, words: int) -> None:
+    """Reserve the next spare after a capture stream adopted the last one (not during
+    capture, where nothing may be allocated)."""
+    if not _capturing(device):
+        _reserve_spare(device, words)
+
+
+def _take_spare(device: int, words: int) -> tuple[int, int] | None:
     with _ws_lock:
         spares = _spares.get(device, [])
-        for i, buf in enumerate(spares):
-            if buf.numel() >= words:
+        for i, (_, w) in enumerate(spares):
+            if w >= words:
                 return spares.pop(i)
     return None
 
@@ -570,6 +584,8 @@ def _run(launcher: Launcher, state: _CallState, c, indices, out, pdl):
     pushed = runtime.make_current(dev)
     try:
         if launcher.ws_words:
+            if not _spares.get(dev):  # a capture stream adopted the last spare
+                _replenish(dev, launcher.ws_words)
             ws = _stream_workspace(dev, stream)
             with ws.lock:  # both kernels of this call, back to back on this stream
                 launcher(c.data_ptr(), idx_ptr, launcher.batch, launcher.next_n,

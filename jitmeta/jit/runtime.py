@@ -20,8 +20,8 @@ import threading
 from dataclasses import dataclass, field
 
 __all__ = ["DriverError", "LoadedModule", "KernelParams", "load_module", "get_module",
-           "loaded_modules", "launch", "primary_context", "device_context",
-           "make_current", "pop_current", "POINTER", "UINT32"]
+           "loaded_modules", "launch", "allocate", "primary_context", "device_context",
+           "make_current", "pop_current", "thread_params", "POINTER", "UINT32"]
 
 
 class DriverError(RuntimeError):
@@ -183,6 +183,14 @@ def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
             loaded.max_dynamic_smem = max_dynamic_smem
         _modules[(device, key)] = loaded
     return loaded
+
+
+def allocate(device: int, nbytes: int) -> int:
+    """``nbytes`` of device memory on ``device``, outside PyTorch's caching allocator
+    (so outside any CUDA-graph memory pool), never freed. For small buffers that live
+    as long as the process (a captured graph may keep using them)."""
+    with device_context(device):
+        return int(_check(_driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})"))
 
 
 def get_module(device: int, key: str) -> LoadedModule | None:
