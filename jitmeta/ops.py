@@ -33,7 +33,7 @@ __all__ = ["paged_mqa_logits_metadata", "paged_mqa_logits_metadata_out"]
 def paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int,
                               indices: Optional[torch.Tensor] = None, split_kv: int = 256,
                               schedule: str = "smxx", pdl: bool = False) -> torch.Tensor:
-    """The schedule metadata as a new tensor (see ``jitmeta.get_paged_mqa_logits_metadata``)."""
+    """The schedule metadata as a new tensor (``jitmeta.get_paged_mqa_logits_metadata``)."""
     return api._eager(context_lens, block_kv, num_sms, indices, None, split_kv, schedule,
                       pdl)
 

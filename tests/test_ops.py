@@ -80,7 +80,7 @@ def _reference(args, kwargs):
                                       schedule=kwargs.get("schedule", "smxx"))
 
 
-# --- registration --------------------------------------------------------------------------
+# --- registration -------------------------------------------------------------------------
 
 def test_schemas():
     assert str(OP._schema) == (
@@ -110,7 +110,7 @@ def test_import_registers_the_ops_and_nothing_else(run_python, tmp_path):
     assert res.stdout.split() == ["True", "True", "False", "False", "[]"], res.stdout
 
 
-# --- opcheck and the fake implementation ------------------------------------------------------
+# --- opcheck and the fake implementation --------------------------------------------------
 
 @pytest.mark.parametrize("name", CASES)
 def test_opcheck_functional(name):
@@ -162,7 +162,7 @@ def test_fake_implementation_validates(bad, exc, name):
                 OP(ctx, bad.get("block_kv", 64), num_sms, idx, **kw)
 
 
-# --- torch.compile / torch.export ---------------------------------------------------------------
+# --- torch.compile / torch.export ---------------------------------------------------------
 
 def _ops_in(gm: torch.fx.GraphModule) -> list:
     """Called ops, as overloads (dynamo records packets, export overloads)."""
@@ -271,7 +271,7 @@ def test_eager_call_skips_the_dispatcher():
     assert "jitmeta.paged_mqa_logits_metadata.default" in through_op.names
 
 
-# --- threads ----------------------------------------------------------------------------------
+# --- threads ------------------------------------------------------------------------------
 
 def test_cpu_path_from_16_threads():
     gen = torch.Generator().manual_seed(SEED)
@@ -356,7 +356,7 @@ def test_build_from_16_threads_compiles_each_key_once(cache_dir, two_devices):
     assert len(cubins) == len(distinct)
 
 
-# --- the lean launch path, without a driver ------------------------------------------------------
+# --- the lean launch path, without a driver -----------------------------------------------
 
 def test_knob_snapshot_tracks_environment_and_overrides(monkeypatch):
     for name in list(os.environ):
