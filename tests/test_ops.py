@@ -438,3 +438,202 @@ def test_launcher_derives_the_call_shape_from_its_plan():
                             grid=p.grid, dyn_smem=p.smem_dynamic_bytes, ws_words=4 * p.grid)
     assert (launcher.batch, launcher.next_n, launcher.num_sms) == (70000, 1, 132)
     assert launcher.out_shape == (133, 2)
+
+
+# --- the CUDA glue against a stand-in driver ---------------------------------------
+#
+# No GPU here, so no libcuda: a small stand-in answers the driver calls the launch path
+# makes (contexts, module load, cuMemAlloc, launches) and records the launches with the
+# argument values read back through the kernelParams address. The kernels themselves
+# run in test_gpu_kernels.py / test_gpu_serving.py on the device.
+
+class _StandInDriver:
+    def __init__(self, real):
+        self.real = real
+        for name in ("CUresult", "CUfunction_attribute", "CUlaunchConfig", "CUlaunchAttribute",
+                     "CUlaunchAttributeID", "CUstream"):
+            setattr(self, name, getattr(real, name))
+        self.current: dict[int, int] = {}
+        self.stacks: dict[int, list[int]] = {}
+        self.launches: list[dict] = []
+        self.allocations: list[ctypes.Array] = []
+        self.device = 0  # whose context a launch must find current
+
+    def cuInit(self, flags):
+        return (0,)
+
+    def cuDeviceGet(self, ordinal):
+        return (0, ordinal)
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return (0, self.real.CUcontext(0x1000 + dev))
+
+    def cuCtxGetCurrent(self):
+        return (0, self.real.CUcontext(self.current.get(threading.get_ident(), 0)))
+
+    def cuCtxPushCurrent(self, ctx):
+        t = threading.get_ident()
+        self.stacks.setdefault(t, []).append(self.current.get(t, 0))
+        self.current[t] = int(ctx)
+        return (0,)
+
+    def cuCtxPopCurrent(self):
+        t = threading.get_ident()
+        old, self.current[t] = self.current.get(t, 0), self.stacks[t].pop()
+        return (0, self.real.CUcontext(old))
+
+    def cuModuleLoadData(self, cubin):
+        assert cubin[:4] == b"\x7fELF"
+        return (0, object())
+
+    def cuModuleGetFunction(self, module, name):
+        return (0, name.decode())
+
+    def cuFuncSetAttribute(self, *args):
+        return (0,)
+
+    def cuFuncGetAttribute(self, attr, fn):
+        return (0, 32)
+
+    def cuMemAlloc(self, nbytes):
+        buf = (ctypes.c_char * nbytes)()
+        self.allocations.append(buf)
+        return (0, self.real.CUdeviceptr(ctypes.addressof(buf)))
+
+    def _record(self, fn, grid, threads, smem, stream, params, pdl):
+        assert self.current.get(threading.get_ident()) == 0x1000 + self.device, \
+            "launched without the device's primary context current"
+        kinds = api._EMIT_TYPES if fn == "jitmeta_emit" else api._SUMMARIZE_TYPES
+        ptrs = (ctypes.c_void_p * len(kinds)).from_address(params)
+        args = tuple((ctypes.c_uint64 if k is runtime.POINTER else ctypes.c_uint32)
+                     .from_address(p).value for p, k in zip(ptrs, kinds))
+        self.launches.append(dict(fn=fn, grid=grid, threads=threads, smem=smem,
+                                  stream=stream, args=args, pdl=pdl))
+        return (0,)
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        assert (gy, gz, by, bz, extra) == (1, 1, 1, 1, 0)
+        return self._record(fn, gx, bx, smem, stream, params, False)
+
+    def cuLaunchKernelEx(self, cfg, fn, params, extra):
+        assert (cfg.gridDimY, cfg.gridDimZ, cfg.blockDimY, cfg.blockDimZ) == (1, 1, 1, 1)
+        attr = cfg.attrs[0]
+        assert cfg.numAttrs == 1 and attr.value.programmaticStreamSerializationAllowed == 1
+        assert attr.id == self.real.CUlaunchAttributeID \
+            .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        return self._record(fn, cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes,
+                            int(cfg.hStream), params, True)
+
+
+@pytest.fixture
+def stand_in(monkeypatch, cache_dir, two_devices):
+    """The stand-in driver, fresh jitmeta launch state, and a switch for 'capturing'."""
+    from cuda.bindings import driver as real
+
+    drv = _StandInDriver(real)
+    monkeypatch.setattr(runtime, "_drv", drv)
+    monkeypatch.setattr(runtime, "_driver", lambda: drv)
+    for name, value in (("_contexts", {}), ("_context_ids", {}), ("_modules", {}),
+                        ("_initialized", False)):
+        monkeypatch.setattr(runtime, name, value)
+    for name, value in (("_launchers", api.collections.OrderedDict()), ("_states", {}),
+                        ("_workspaces", {}), ("_spares", {})):
+        monkeypatch.setattr(api, name, value)
+    drv.capturing = False
+    drv.stream = 0x5000
+    monkeypatch.setattr(api, "_capturing", lambda device: drv.capturing)
+    monkeypatch.setattr(api, "_raw_stream", lambda device: drv.stream + device)
+    return drv
+
+
+def _call(drv, device, ctx, idx=None, out=None, pdl=False):
+    """What the public function does for a CUDA tensor of ``device`` (CPU tensors here)."""
+    drv.device = device
+    c2 = ctx.view(-1, 1) if ctx.dim() == 1 else ctx
+    launcher = api.prepare(device, c2.shape[0], c2.shape[1], idx is not None, 132, 256,
+                           "smxx")
+    token = api._call_token()
+    state = api._states.get(token) or api._new_state(token)
+    return api._run(launcher, state, ctx, idx, out, pdl), launcher
+
+
+def test_stand_in_chunked_launch_arguments(stand_in):
+    ctx = torch.ones(70000, 1, dtype=I32)
+    idx = (torch.arange(70000) // 2).to(I32)
+    out = torch.empty(133, 2, dtype=I32)
+    res, launcher = _call(stand_in, 0, ctx, idx, out)
+    assert res is out and launcher.plan.variant == "chunked"
+    summarize, emit = stand_in.launches
+    assert (summarize["fn"], emit["fn"]) == ("jitmeta_summarize", "jitmeta_emit")
+    ws = summarize["args"][4]
+    assert summarize["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, ws) and ws
+    assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, out.data_ptr(), ws)
+    p = launcher.plan
+    assert all(l["grid"] == p.grid and l["threads"] == p.threads and l["stream"] == 0x5000
+               and not l["pdl"] for l in stand_in.launches)
+    assert emit["smem"] == p.smem_dynamic_bytes
+    assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
+
+
+def test_stand_in_device_1_context_stream_and_pdl(stand_in):
+    ctx = torch.ones(5000, 1, dtype=I32)
+    res, launcher = _call(stand_in, 1, ctx, pdl=True)
+    assert launcher.device == 1 and launcher.plan.code.arch == "sm_80"
+    assert res.shape == (133, 2) and res.dtype == I32
+    (emit,) = stand_in.launches
+    assert emit["pdl"] and emit["stream"] == 0x5001 and emit["args"][5] == res.data_ptr()
+    assert [k[0] for k in runtime.loaded_modules()] == [1]
+    assert stand_in.current.get(threading.get_ident(), 0) == 0
+
+
+def test_stand_in_no_push_when_the_context_is_current(stand_in):
+    stand_in.current[threading.get_ident()] = 0x1000  # what PyTorch leaves on cuda:0
+    _call(stand_in, 0, torch.ones(100, 1, dtype=I32))
+    assert stand_in.stacks.get(threading.get_ident(), []) == []
+
+
+def test_stand_in_capture_never_compiles_or_allocates(stand_in):
+    ctx = torch.ones(70000, 1, dtype=I32)
+    idx = (torch.arange(70000) // 2).to(I32)
+    out = torch.empty(133, 2, dtype=I32)
+    stand_in.capturing = True
+    before = jitmeta.stats()
+    with pytest.raises(jitmeta.CaptureCompileError, match="warm"):
+        _call(stand_in, 0, ctx, idx, out)  # never prepared: would compile and load
+    assert jitmeta.stats() == before and not stand_in.allocations
+    stand_in.capturing = False
+    _call(stand_in, 0, ctx, idx, out)  # warm on stream 0x5000: its workspace + a spare
+    assert len(stand_in.allocations) == 2 and len(api._spares[0]) == 1
+    stand_in.capturing = True
+    stand_in.stream = 0x6000  # a new capture stream adopts the spare
+    _call(stand_in, 0, ctx, idx, out)
+    assert len(stand_in.allocations) == 2 and api._spares[0] == []
+    adopted = stand_in.launches[-1]["args"][6]
+    stand_in.stream = 0x7000  # another new capture stream: no spare left
+    with pytest.raises(jitmeta.CaptureCompileError, match="workspace"):
+        _call(stand_in, 0, ctx, idx, out)
+    stand_in.capturing = False
+    stand_in.stream = 0x5000
+    _call(stand_in, 0, ctx, idx, out)  # an eager call reserves the next spare
+    assert len(api._spares[0]) == 1
+    stand_in.capturing = True
+    stand_in.stream = 0x7000
+    _call(stand_in, 0, ctx, idx, out)
+    ws = {l["stream"]: l["args"][6] for l in stand_in.launches if l["fn"] == "jitmeta_emit"}
+    assert ws[0x6000] == adopted and len(set(ws.values())) == 3  # one per stream
+
+
+def test_stand_in_threads_on_one_stream_keep_kernel_pairs_together(stand_in):
+    ctx = torch.ones(70000, 1, dtype=I32)
+    idx = (torch.arange(70000) // 2).to(I32)
+    _call(stand_in, 0, ctx, idx)
+
+    def worker(_):
+        for _ in range(100):
+            _call(stand_in, 0, ctx, idx)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(worker, range(8)))
+    names = [l["fn"] for l in stand_in.launches]
+    assert names == ["jitmeta_summarize", "jitmeta_emit"] * (len(names) // 2)
+    assert len(names) == 2 * 801
