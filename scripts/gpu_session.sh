@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one call (device tool):
-#   bash scripts/gpu_session.sh [smoke] [tests] [sanitize] [bench]   (default: all)
+#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [bench] [racecheck]
+# (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried).
 set -u -o pipefail
 OUT=${OUT:-$PWD/.device-out}; mkdir -p "$OUT"
-stages=${*:-smoke tests sanitize bench}
+stages=${*:-tests memcheck bench racecheck}
 export PYTHONUNBUFFERED=1 JITMETA_CACHE_DIR=${JITMETA_CACHE_DIR:-/tmp/jitmeta-cache}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -23,10 +24,15 @@ for stage in $stages; do
       timeout 180 python3 -X faulthandler -c "import faulthandler, runpy, sys; faulthandler.dump_traceback_later(60, exit=True); sys.argv=['x']; runpy.run_path('$repo/scripts/sanitize_cases.py', run_name='__main__')" 2>&1 | tee "$OUT/smoke.log" | tail -30
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     tests)
-      timeout 420 python3 -m pytest -p no:cacheprovider -q -m gpu -rA --timeout 120 -x "$repo/tests/test_gpu_kernels.py" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
+      # a bundle exported on a CPU machine (.bundle/, carried) is imported and used offline
+      [ -f "$repo/.bundle/cpu-sm90.tgz" ] && export JITMETA_TEST_BUNDLE="$repo/.bundle/cpu-sm90.tgz"
+      timeout 300 python3 -m pytest -p no:cacheprovider -q -m gpu -rA --timeout 120 \
+          "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
+          "$repo/tests/test_bundle.py" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
-    sanitize)
-      for tool in memcheck racecheck; do
+    memcheck|racecheck|sanitize)
+      tools=$stage; [ "$stage" = sanitize ] && tools="memcheck racecheck"
+      for tool in $tools; do
         timeout 200 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
             > "$OUT/sanitizer-$tool.log" 2>&1
         r=$?; echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
