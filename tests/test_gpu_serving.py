@@ -279,9 +279,11 @@ def test_non_default_streams_dependency_chain():
             with torch.cuda.stream(consumer):
                 seen = res.clone()
                 res.record_stream(consumer)
-            checks.append((seen, src, idx, schedule, f"{variant} it {it}"))
+            # everything stays referenced until the end: no buffer of a stream that
+            # may still run is handed back to the allocator
+            checks.append((seen, src, idx, schedule, f"{variant} it {it}", ctx, res))
     torch.cuda.synchronize()
-    for seen, src, idx, schedule, what in checks:
+    for seen, src, idx, schedule, what, *_ in checks:
         assert_exact(seen, want(src, sms, idx, schedule), what)
 
 
