@@ -124,7 +124,7 @@ def cpu_figures() -> dict:
     p = jitmeta.plan(128, 1, False, NUM_SMS, arch="sm_90")
     launcher = api.Launcher(device=0, plan=p, emit="jitmeta_emit", summarize=None,
                             threads=p.threads, grid=p.grid, dyn_smem=0, ws_words=0)
-    state = api._new_state(api._call_token())
+    state = api._CallState(False)  # private: never seen by real calls
     saved = (runtime._drv, dict(runtime._context_ids), api._raw_stream)
     runtime._drv = _NullDriver()
     runtime._context_ids[0] = 0x1000
