@@ -11,7 +11,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     --target /tmp/site .whl/*.whl || exit 1
 rm -rf build /tmp/site/jitmeta  # stale copies (kept between device calls) would be imported
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade \
-    --target /tmp/site . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+    --target /tmp/site . > /tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }
 export PYTHONPATH=/tmp/site
 cd /tmp   # import the installed package, not the checkout
 repo=$OLDPWD
@@ -42,6 +42,7 @@ for stage in $stages; do
       if [ -f "$repo/bench/benchmark_metadata.py" ]; then
         timeout 300 python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
         rc=$((rc | ${PIPESTATUS[0]}))
+        timeout 90 python3 "$repo/bench/benchmark_host.py" --json "$OUT/host.json" 2>&1 | tail -25
       fi ;;
   esac
 done
