@@ -176,7 +176,7 @@ def cold_figures(arch: str) -> dict:
                "torch.cuda.synchronize(); t2 = time.perf_counter(); "
                "print(round((t2 - t1) * 1e3, 2), jitmeta.stats()['compiles'])")
     runs = []
-    for _ in range(4):
+    for _ in range(3):
         out = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,
                              env=os.environ.copy(), check=True).stdout.split()
         runs.append((float(out[0]), int(out[1])))

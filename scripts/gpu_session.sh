@@ -26,14 +26,14 @@ for stage in $stages; do
     tests)
       # a bundle exported on a CPU machine (.bundle/, carried) is imported and used offline
       [ -f "$repo/.bundle/cpu-sm90.tgz" ] && export JITMETA_TEST_BUNDLE="$repo/.bundle/cpu-sm90.tgz"
-      timeout 300 python3 -m pytest -p no:cacheprovider -q -m gpu -rA --timeout 120 \
+      timeout ${JITMETA_TESTS_TIMEOUT:-300} python3 -m pytest -p no:cacheprovider -v -m gpu -rfE --timeout 120 \
           "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
           "$repo/tests/test_bundle.py" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     memcheck|racecheck|sanitize)
       tools=$stage; [ "$stage" = sanitize ] && tools="memcheck racecheck"
       for tool in $tools; do
-        timeout 200 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+        timeout ${JITMETA_SANITIZER_TIMEOUT:-200} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
             > "$OUT/sanitizer-$tool.log" 2>&1
         r=$?; echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
         rc=$((rc | r))
