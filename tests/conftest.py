@@ -25,6 +25,22 @@ import time
 import pytest
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _log_module_seed(request):
+    """A module that defines SEED_NOTE has its seed shown on the terminal every run
+    (and in the captured output of a failure), so any random failure reproduces."""
+    note = getattr(request.module, "SEED_NOTE", None)
+    if note is None:
+        return
+    line = f"{request.module.__name__} random seed: {note}"
+    print(line)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capman is not None:
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+
 @pytest.fixture
 def fresh_jit():
     from jitmeta.jit import build as jit_build

@@ -32,14 +32,6 @@ INT32_MAX = 2**31 - 1
 get = jitmeta.get_paged_mqa_logits_metadata
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _log_seed(request):
-    line = f"tests/test_api.py random seed: {SEED_NOTE}"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-    print(line)
-
 
 def _ctx(*rows) -> torch.Tensor:
     return torch.tensor(rows, dtype=I32)

@@ -34,14 +34,6 @@ FORMATS = ("smxx", "sm90")
 KIB = 1024
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _log_seed(request):
-    line = f"tests/test_plan.py random seed: {SEED_NOTE}"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-    print(line)
-
 
 @pytest.fixture
 def sm90() -> DeviceLimits:

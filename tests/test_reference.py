@@ -39,16 +39,6 @@ FORMATS = ("smxx", "sm90")
 SPLITS = (64, 128, 256, 512)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _log_seed(request):
-    line = f"tests/test_reference.py random seed: {SEED_NOTE}"
-    print(line)  # in the captured output of a failure
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capman is not None:
-        with capman.global_and_fixture_disabled():  # and on the terminal, every run
-            reporter.write_line(line)
-
 
 # --- helpers ---------------------------------------------------------------------------
 
