@@ -17,6 +17,7 @@ from ..heuristics.plan import CodeSpec
 __all__ = ["render", "kernel_names", "TEMPLATE"]
 
 TEMPLATE = "paged_mqa_metadata.cu.j2"
+HEADER = "jitmeta_schedule.cuh"
 
 
 class _PackageLoader(jinja2.BaseLoader):
@@ -44,10 +45,17 @@ def kernel_names(code: CodeSpec) -> tuple[str, ...]:
     return ("jitmeta_emit",)
 
 
+@functools.lru_cache(maxsize=1)
+def _header() -> str:
+    """The kernel logic, inserted verbatim: it holds no template syntax, and passing
+    it as a value keeps Jinja from lexing 300 lines on a process's first call."""
+    return resources.files("jitmeta.templates").joinpath(HEADER).read_text(encoding="utf-8")
+
+
 @functools.lru_cache(maxsize=256)
 def render(code: CodeSpec) -> str:
-    """CUDA source for ``code`` (arch does not enter the source)."""
+    """Self-contained CUDA source for ``code``: the stub instantiating the header."""
     return _environment().get_template(TEMPLATE).render(
-        code_name=code.name, variant=code.variant, varlen=code.varlen,
-        schedule=code.schedule, split_kv=code.split_kv, threads=code.threads,
-        capacity=code.capacity)
+        schedule_header=_header(), code_name=code.name, variant=code.variant,
+        varlen=code.varlen, schedule=code.schedule, split_kv=code.split_kv,
+        threads=code.threads, capacity=code.capacity)
