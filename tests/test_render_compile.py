@@ -33,7 +33,7 @@ from jitmeta.jit.cubin_info import kernel_resources
 
 STATIC_LIMIT = 48 * 1024
 EM_CUDA = 190
-RENDER_VARS = {"code_name", "variant", "varlen", "schedule", "split_kv", "threads",
+RENDER_VARS = {"schedule_header", "code_name", "variant", "varlen", "schedule", "split_kv", "threads",
                "capacity"}
 
 # (id, arch, batch, varlen, schedule, split_kv, knobs,
@@ -225,7 +225,8 @@ def test_template_variables_are_exactly_the_rendered_ones():
 def test_missing_template_variable_raises(missing):
     code = _plan_case(CASES[9]).code  # chunked: every variable is used
     assert code.variant == "chunked"
-    values = {"code_name": code.name, "variant": code.variant, "varlen": code.varlen,
+    values = {"schedule_header": render_mod._header(),
+              "code_name": code.name, "variant": code.variant, "varlen": code.varlen,
               "schedule": code.schedule, "split_kv": code.split_kv,
               "threads": code.threads, "capacity": code.capacity}
     template = render_mod._environment().get_template(TEMPLATE)
