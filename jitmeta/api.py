@@ -174,11 +174,6 @@ _plan_token = envs.token_reader(*_PLAN_KNOBS)
 _call_token = envs.token_reader(*_PLAN_KNOBS, "JITMETA_CHECK_INPUTS")
 
 
-def _env_token() -> tuple:
-    """Snapshot of the knobs that change a plan or a build (cheap; see envs)."""
-    return _plan_token()
-
-
 def plan_for(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
              schedule: str, device: int) -> Plan:
     return plan(batch, next_n, varlen, num_sms, split_kv, schedule, device_limits(device))
@@ -404,17 +399,6 @@ def _stream_workspace(device: int, stream: int) -> _Workspace:
         with _ws_lock:
             ws = _workspaces.setdefault(key, _Workspace())
     return ws
-
-
-def _workspace(device: int, stream: int, words: int) -> int:
-    """Address of (device, stream)'s workspace, grown to at least ``words`` words.
-
-    A caller that launches with it holds ``_stream_workspace(device, stream).lock``
-    across its launches (``_run`` does).
-    """
-    ws = _stream_workspace(device, stream)
-    with ws.lock:
-        return ws.pointer(device, stream, words)
 
 
 # --- the call ----------------------------------------------------------------------------
