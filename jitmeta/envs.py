@@ -52,6 +52,13 @@ def _positive_int(lo: int = 1) -> Callable[[str], int]:
     return parse
 
 
+def _block_size(text: str) -> int:
+    value = _positive_int(32)(text)
+    if value % 32 or value > 1024:
+        raise ValueError("expected a multiple of 32 from 32 to 1024")
+    return value
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         low = text.strip().lower()
@@ -104,7 +111,7 @@ KNOBS: dict[str, Knob] = {
              "1: keep compiled cubins in memory only"),
         Knob("JITMETA_VARIANT", _choice(_VARIANTS), None,
              "force a variant: static, dynamic or chunked"),
-        Knob("JITMETA_THREADS", _positive_int(32), None,
+        Knob("JITMETA_THREADS", _block_size, None,
              "threads per block (a multiple of 32, at most 1024)"),
         Knob("JITMETA_CHUNK", _positive_int(32), None,
              "tile size in elements of the chunked variant"),

@@ -44,7 +44,8 @@ MALFORMED = {
 # More malformed values: (name, value)
 MORE_MALFORMED = [
     ("JITMETA_CACHE_MAX_BYTES", "-1"), ("JITMETA_THREADS", "abc"),
-    ("JITMETA_THREADS", "0"), ("JITMETA_CHUNK", "0"), ("JITMETA_CHUNK", "1.5"),
+    ("JITMETA_THREADS", "0"), ("JITMETA_THREADS", "33"), ("JITMETA_THREADS", "2048"),
+    ("JITMETA_CHUNK", "0"), ("JITMETA_CHUNK", "1.5"),
     ("JITMETA_SMEM_BUDGET", "0"), ("JITMETA_SMEM_BUDGET", "-4096"),
     ("JITMETA_ARCH", "sm_999"), ("JITMETA_ARCH", "sm_90x"), ("JITMETA_ARCH", ""),
     ("JITMETA_VARIANT", ""), ("JITMETA_VARIANT", "static,dynamic"),
