@@ -22,7 +22,7 @@ import torch
 
 from . import envs
 from .heuristics.arch import DeviceLimits, limits_from_device
-from .heuristics.plan import SCHEDULES, Plan, plan
+from .heuristics.plan import SCHEDULES, Plan, plan, workspace_words
 from .jit import build as jit_build
 from .jit import runtime
 from .reference import reference_schedule, varlen_atoms
@@ -181,7 +181,6 @@ def plan_for(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
 
 _POINTER, _UINT32 = runtime.POINTER, runtime.UINT32
 _EMIT_TYPES = (_POINTER, _POINTER, _UINT32, _UINT32, _UINT32, _POINTER, _POINTER)
-_SUMMARIZE_TYPES = (_POINTER, _POINTER, _UINT32, _UINT32, _POINTER)
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,7 @@ class Launcher:
     device: int
     plan: Plan
     emit: object
-    summarize: object | None
+    cooperative: bool
     threads: int
     grid: int
     dyn_smem: int
@@ -214,17 +213,21 @@ class Launcher:
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, batch: int, next_n: int, num_sms: int,
                  out_ptr: int, stream: int, ws_ptr: int, pdl: bool) -> None:
-        launch = runtime.launch
-        if self.summarize is not None:
-            launch(self.summarize, self.grid, self.threads, 0, stream,
-                   (ctx_ptr, idx_ptr, batch, next_n, ws_ptr), _SUMMARIZE_TYPES, pdl)
-        launch(self.emit, self.grid, self.threads, self.dyn_smem, stream,
-               (ctx_ptr, idx_ptr, batch, next_n, num_sms, out_ptr, ws_ptr), _EMIT_TYPES, pdl)
+        runtime.launch(self.emit, self.grid, self.threads, self.dyn_smem, stream,
+                       (ctx_ptr, idx_ptr, batch, next_n, num_sms, out_ptr, ws_ptr),
+                       _EMIT_TYPES, pdl, self.cooperative)
 
 
 _launchers: "collections.OrderedDict[tuple, Launcher]" = collections.OrderedDict()
 _launchers_lock = threading.Lock()
 _MAX_LAUNCHERS = 4096
+
+
+def launcher_ws_words(p: Plan) -> int:
+    """Workspace words a call of ``p`` needs (0 unless chunked)."""
+    if p.variant != "chunked":
+        return 0
+    return workspace_words(p.batch, p.code.capacity, p.code.varlen)
 
 
 def _capturing(device: int) -> bool:
@@ -282,9 +285,8 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
                                   _max_dynamic_smem(p, device))
     launcher = Launcher(
         device=device, plan=p, emit=mod.functions["jitmeta_emit"],
-        summarize=mod.functions.get("jitmeta_summarize"), threads=p.threads, grid=p.grid,
-        dyn_smem=p.smem_dynamic_bytes, ws_words=p.grid * (4 if varlen else 1)
-        if p.variant == "chunked" else 0)
+        cooperative=p.variant == "chunked", threads=p.threads, grid=p.grid,
+        dyn_smem=p.smem_dynamic_bytes, ws_words=launcher_ws_words(p))
     if launcher.ws_words and not (_capturing(device) if capturing is None else capturing):
         _reserve_spare(device, launcher.ws_words)
     with _launchers_lock:
@@ -296,13 +298,14 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
 
 # --- the chunked variant's workspace ------------------------------------------------------
 #
-# The chunked variant's two kernels pass per-slab summaries through a small global
-# workspace. Invariants:
+# The chunked variant's blocks pass their summaries through a small global workspace
+# whose epoch word tells one launch's slots from the previous one's (layout in
+# templates/jitmeta_schedule.cuh). Invariants:
+# * a workspace starts zeroed (runtime.allocate) and serves one launch at a time;
 # * one workspace per (device, stream): two streams never share one, so their kernels
 #   can overlap freely; the per-thread default stream (handle 2) is a different stream
 #   in each thread, so it is keyed by thread too;
-# * a workspace's lock is held while both kernels of a call are enqueued, so calls
-#   from several threads on one stream cannot interleave summarize/emit pairs;
+# * a workspace's lock is held while a call picks it and enqueues its kernel;
 # * buffers come from the driver (runtime.allocate), not from PyTorch's caching
 #   allocator: a first call during torch.compile's CUDA-graph warm-up must not take
 #   memory from a graph's private pool; they are never freed (a captured graph may
@@ -314,7 +317,7 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
 # Graphs captured on one stream share that stream's workspace: replay them in one
 # stream order (as engines do), or capture them on different streams.
 
-_WS_MIN_WORDS = 1 << 16  # 256 KiB: summaries of ~2^24 tokens at the default tile size
+_WS_MIN_WORDS = 1 << 16  # 256 KiB: the slots + the slab summaries of > 2^26 tokens
 _PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
 
 

@@ -163,40 +163,48 @@ struct Schedule {
         return result;
     }
 
+    // Packed varlen word of token e (e < batch): seg | boundary << 31.
+    __device__ __forceinline__ static u32 varlen_word(int c, int id, int prev_id, u32 e) {
+        return segs(c) | ((e == 0 || id != prev_id) ? kBoundary : 0u);
+    }
+
     // Loads slab [lo, lo + n) into tile elements 0..n-1 and a halo word into element n.
     // dense: A * segs(ctx[e, next_n - 1]); varlen: seg | boundary << 31, the halo being
     // the next token's word (or a boundary when there is none). Coalesced, with
-    // kLoadUnroll independent loads per thread in flight.
+    // kLoadUnroll independent loads per thread in flight: every load of a round is
+    // issued unconditionally (addresses clamped into the batch, which is never empty)
+    // before any loaded value is used, so a round costs one memory latency.
     __device__ __forceinline__ static void load_tile(u32* tile, const int* __restrict__ ctx,
                                                      const int* __restrict__ idx, u32 lo,
                                                      u32 n, u32 batch, u32 next_n,
                                                      u32 atoms) {
         if (n == 0) return;
-        const u32 last = VARLEN ? n : n - 1;  // last element to load (halo for varlen)
-        for (u32 base = 0; base <= last; base += THREADS * kLoadUnroll) {
-            u32 w[kLoadUnroll];
+        const u32 top = batch - 1u;
+        if (VARLEN && threadIdx.x == 0) {  // the halo: element n, token lo + n
+            const u32 e = lo + n, ec = min(e, top);
+            const int c = __ldg(ctx + ec), id = __ldg(idx + ec);
+            const int pid = __ldg(idx + (ec ? ec - 1u : 0u));
+            tile[pad(n)] = e < batch ? varlen_word(c, id, pid, e) : kBoundary;
+        }
+        for (u32 base = 0; base < n; base += THREADS * kLoadUnroll) {
+            int c[kLoadUnroll], id[kLoadUnroll], pid[kLoadUnroll];
 #pragma unroll
             for (int k = 0; k < kLoadUnroll; ++k) {
-                const u32 i = base + (u32)k * THREADS + threadIdx.x;
-                const u32 e = lo + i;
-                w[k] = 0u;
-                if (i <= last) {
-                    if (VARLEN) {
-                        w[k] = kBoundary;
-                        if (e < batch) {
-                            const bool boundary =
-                                e == 0 || __ldg(idx + e) != __ldg(idx + e - 1);
-                            w[k] = segs(__ldg(ctx + e)) | (boundary ? kBoundary : 0u);
-                        }
-                    } else {
-                        w[k] = atoms * segs(__ldg(ctx + (u64)e * next_n + (next_n - 1)));
-                    }
+                const u32 ec = min(lo + base + (u32)k * THREADS + threadIdx.x, top);
+                if (VARLEN) {
+                    c[k] = __ldg(ctx + ec);
+                    id[k] = __ldg(idx + ec);
+                    pid[k] = __ldg(idx + (ec ? ec - 1u : 0u));
+                } else {
+                    c[k] = __ldg(ctx + (u64)ec * next_n + (next_n - 1u));
                 }
             }
 #pragma unroll
             for (int k = 0; k < kLoadUnroll; ++k) {
                 const u32 i = base + (u32)k * THREADS + threadIdx.x;
-                if (i <= last) tile[pad(i)] = w[k];
+                if (i < n)
+                    tile[pad(i)] = VARLEN ? varlen_word(c[k], id[k], pid[k], lo + i)
+                                          : atoms * segs(c[k]);
             }
         }
     }
@@ -314,22 +322,107 @@ struct Schedule {
         }
     }
 
-    // Ordered composition of ws[0..count): *before = ws[0..g), returns all of them.
-    __device__ __forceinline__ static S combine_slabs(const S* __restrict__ ws, u32 count,
-                                                      u32 g, S* before, Scratch& sc) {
-        const u32 per = (count + THREADS - 1) / THREADS;
-        const u32 b = min(count, threadIdx.x * per), end = min(count, b + per);
-        S all = S::identity(), part = S::identity();
-        for (u32 i = b; i < end; ++i) {
-            const S w = ws[i];
-            all = S::compose(all, w);
-            if (i < g) part = S::compose(part, w);
+    // --- chunked variant: one cooperative launch ---------------------------------------
+    //
+    // gridDim.x co-resident blocks (a cooperative launch, at most THREADS and kMaxGrid)
+    // share
+    // the slabs of CHUNK elements: block g takes a contiguous run of them. Phase 1: each
+    // block summarizes its slabs (kept in the workspace) and publishes the composition
+    // in its slot. Every block then waits for all slots, scans them (its carry-in and the
+    // grand total) and, phase 2, emits the rows of its slabs that contain an SM start,
+    // reloading a slab only when it is not the one still in shared memory.
+    //
+    // Workspace (u32 words, zeroed once when allocated, used by one launch at a time):
+    //   [0]                      epoch: how many launches have used it (mod 2^32)
+    //   [4 + 8 g, + 8)           slot of block g < kMaxGrid: tag (epoch + 1 once
+    //                            published), 3 spare, then the block's summary
+    //   [kSlabBase, ...)         summary of every slab, sizeof(S) / 4 words each
+    // A launch reads the epoch, publishes tag epoch + 1 and waits for that tag in every
+    // slot; block 0 advances the epoch once it has seen them all (so every block has
+    // read it). Slots sit at fixed places whatever the grid, and nothing else is ever
+    // written there, so a stale tag is never ahead of the epoch and no reset is needed.
+    static constexpr u32 kSlotWords = 8;
+    static constexpr u32 kMaxGrid = 1024;
+    static constexpr u32 kSlabBase = 4u + kSlotWords * kMaxGrid;
+    static constexpr u32 kSpinLimit = 1u << 24;  // ~1 s of polling: then trap, never hang
+
+    __device__ __forceinline__ static void publish(u32* slot, const S& v, u32 tag) {
+        volatile u32* vs = slot;
+        const u32* w = reinterpret_cast<const u32*>(&v);
+#pragma unroll
+        for (u32 k = 0; k < sizeof(S) / 4; ++k) vs[4 + k] = w[k];
+        __threadfence();
+        vs[0] = tag;
+    }
+
+    __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag) {
+        const volatile u32* vs = slot;
+        for (u32 spins = 0; vs[0] != tag; ++spins) {
+            if (spins == kSpinLimit) __trap();
+            __nanosleep(32);
         }
-        S total_all, total_part;
-        block_exclusive_scan(all, sc, &total_all);
-        block_exclusive_scan(part, sc, &total_part);
-        *before = total_part;
-        return total_all;
+        __threadfence();
+        S v;
+        u32* w = reinterpret_cast<u32*>(&v);
+#pragma unroll
+        for (u32 k = 0; k < sizeof(S) / 4; ++k) w[k] = vs[4 + k];
+        return v;
+    }
+
+    template <u32 CHUNK>
+    __device__ __forceinline__ static void chunked(u32* tile, const int* __restrict__ ctx,
+                                                   const int* __restrict__ idx, u32 batch,
+                                                   u32 next_n, u32 atoms, u32 num_sms,
+                                                   int* __restrict__ out, u32* ws,
+                                                   Scratch& sc) {
+        const u32 grid = gridDim.x, g = blockIdx.x;
+        const u32 slabs = (batch - 1u) / CHUNK + 1u;  // batch >= 1
+        const u32 per = (slabs + grid - 1u) / grid;
+        const u32 j0 = min(slabs, g * per), j1 = min(slabs, j0 + per);
+        const u32 epoch = *static_cast<volatile u32*>(ws);
+        S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
+
+        S mine = S::identity();
+        for (u32 j = j0; j < j1; ++j) {
+            const u32 lo = j * CHUNK;
+            load_tile(tile, ctx, idx, lo, min(CHUNK, batch - lo), batch, next_n, atoms);
+            __syncthreads();
+            const S sj = summarize_tile(tile, min(CHUNK, batch - lo), sc);  // ends synced
+            if (threadIdx.x == 0) slab_sums[j] = sj;
+            mine = S::compose(mine, sj);
+        }
+        if (threadIdx.x == 0) publish(ws + 4u + kSlotWords * g, mine, epoch + 1u);
+
+        S slot = S::identity(), all;
+        if (threadIdx.x < grid) slot = wait_slot(ws + 4u + kSlotWords * threadIdx.x, epoch + 1u);
+        const S before = block_exclusive_scan(slot, sc, &all);
+        if (threadIdx.x == g) sc.broadcast[1] = before;
+        __syncthreads();
+        S carry = sc.broadcast[1];
+        if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
+
+        const u32 total = all.total(kInitialParity);
+        const u32 q = total / num_sms, r = total % num_sms;
+        u32 resident = j1 - 1u;  // the slab still in shared memory
+        for (u32 j = j0; j < j1; ++j) {
+            const S sj = slab_sums[j];
+            const u32 base = carry.total(kInitialParity);
+            const u32 end = base + sj.total(carry.parity(kInitialParity));
+            const u32 s = first_sm_at_or_after(base, q, r, num_sms);
+            const bool last = j + 1u == slabs;
+            if (last || (s <= num_sms && sm_start(s, q, r, num_sms) < end)) {
+                const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
+                if (j != resident) {
+                    __syncthreads();  // every thread is done with the resident slab
+                    load_tile(tile, ctx, idx, lo, n, batch, next_n, atoms);
+                    __syncthreads();
+                    resident = j;
+                }
+                emit_tile(tile, lo, n, carry, total, false, last, batch, atoms, num_sms, out,
+                          sc);
+            }
+            carry = S::compose(carry, sj);
+        }
     }
 };
 

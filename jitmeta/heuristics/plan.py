@@ -10,8 +10,11 @@ Variants (identical output):
   capacity bucket; chosen while it fits the 48 KiB static limit.
 * ``dynamic`` — the whole batch in dynamic shared memory sized at launch; one cubin
   for every batch up to the per-block opt-in limit.
-* ``chunked`` — fixed tiles of ``chunk`` elements, one block per tile, two launches
-  (summarize tiles, then combine + emit); bounded shared memory, unlimited batch.
+* ``chunked`` — slabs of ``chunk`` elements shared by a cooperative grid of at most one
+  block per SM, one launch (summarize, one in-kernel combine, emit); bounded shared
+  memory, unlimited batch. Chosen past the static buckets: several blocks load and
+  scan in parallel, so it beats one block of dynamic shared memory, which serves a
+  batch only when forced.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ from .arch import DeviceLimits
 
 __all__ = ["Plan", "PlanError", "CodeSpec", "plan", "codes_for_batches",
            "smem_static", "smem_dynamic", "smem_chunked", "SCHEDULES", "VARIANTS",
-           "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK"]
+           "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK", "SMALL_CHUNK",
+           "workspace_words", "chunked_grid"]
 
 SCHEDULES = ("smxx", "sm90")
 VARIANTS = ("static", "dynamic", "chunked")
 MIN_STATIC_CAPACITY = 1024
 DEFAULT_THREADS = 1024
 DEFAULT_CHUNK = 8192
+SMALL_CHUNK = 2048  # the chunk while every SM's block gets at most one such slab
+SLOT_WORDS = 8      # workspace words per block slot (templates: Schedule::kSlotWords)
+MAX_GRID = 1024     # blocks of a chunked launch at most (Schedule::kMaxGrid)
 WORD = 4  # bytes per element held in shared memory (one uint32 prefix sum)
 
 
@@ -85,8 +92,24 @@ def smem_dynamic(batch: int, threads: int, varlen: bool, reserved: int
 
 
 def smem_chunked(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
-    """Chunked variant (both kernels): a static tile of ``chunk`` elements + scratch."""
+    """Chunked variant: a static tile of ``chunk`` elements + scratch."""
     return tile_words(chunk) * WORD + smem_scratch(threads, varlen) + reserved
+
+
+def chunked_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
+    """Blocks of a chunked launch: at most one per SM (a cooperative launch must fit
+    at once) and one per thread of a block (each thread polls one block's slot), with
+    the slabs spread so that no block is left without one."""
+    slabs = -(-batch // chunk)
+    per = -(-slabs // max(1, min(slabs, sm_count, threads, MAX_GRID)))
+    return -(-slabs // per)
+
+
+def workspace_words(batch: int, chunk: int, varlen: bool) -> int:
+    """uint32 words of the chunked workspace: the epoch (4 words), a slot for each of
+    up to MAX_GRID blocks and one summary per slab (layout and why the slots never
+    move: templates/jitmeta_schedule.cuh, Schedule::chunked)."""
+    return 4 + SLOT_WORDS * MAX_GRID + -(-batch // chunk) * summary_bytes(varlen) // WORD
 
 
 @dataclass(frozen=True)
@@ -200,6 +223,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             chunk //= 2
 
     def make(variant: str, why: str) -> Plan | None:
+        nonlocal chunk
         if variant == "static":
             cap = _bucket(batch)
             t = static_threads(cap, threads) if tuned else threads
@@ -216,13 +240,17 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             return Plan(spec("dynamic", 0), batch, next_n, num_sms, 1, st, dyn,
                         f"{why}: dynamic tile of {batch} elements, {st + dyn} B <= "
                         f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
-        smem = smem_chunked(chunk, threads, varlen, rsv)
+        t = threads
+        if chunk_forced is None and chunk > SMALL_CHUNK and batch <= lim.sm_count * SMALL_CHUNK:
+            chunk = SMALL_CHUNK  # one small slab per block: more blocks share the load
+            t = static_threads(chunk, threads) if tuned else threads
+        smem = smem_chunked(chunk, t, varlen, rsv)
         if smem > lim.smem_static_bytes:
             return None
-        grid = -(-batch // chunk)
-        return Plan(spec("chunked", chunk), batch, next_n, num_sms, grid, smem, 0,
-                    f"{why}: {grid} tile(s) of {chunk} elements, {smem} B static smem "
-                    f"per block{budget_note}")
+        grid = chunked_grid(batch, chunk, lim.sm_count, t)
+        return Plan(spec("chunked", chunk, t), batch, next_n, num_sms, grid, smem, 0,
+                    f"{why}: {grid} cooperative block(s) over {-(-batch // chunk)} slab(s) "
+                    f"of {chunk} elements, {smem} B static smem per block{budget_note}")
 
     if forced is not None:
         p = make(forced, "forced by JITMETA_VARIANT")
@@ -239,8 +267,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
                 "or use 'chunked', which fits any batch")
         return p
     for variant, why in (("static", "batch fits a static bucket"),
-                         ("dynamic", "batch too large for static smem"),
-                         ("chunked", "batch too large for one block's smem")):
+                         ("chunked", "batch too large for static smem")):
         p = make(variant, why)
         if p is not None:
             return p
@@ -263,6 +290,8 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bo
     st, _ = smem_dynamic(0, threads, varlen, lim.smem_reserved_bytes)
     dyn_max = largest_tile((lim.smem_optin_bytes - st) // WORD)
     points.update((dyn_max, dyn_max + 1))
+    small = lim.sm_count * SMALL_CHUNK  # the chunked variant's tile changes there
+    points.update((small, small + 1))
     return sorted(p for p in points if lo <= p <= hi)
 
 

@@ -40,8 +40,6 @@ def _environment() -> jinja2.Environment:
 
 def kernel_names(code: CodeSpec) -> tuple[str, ...]:
     """The ``extern "C"`` kernels the rendered source defines."""
-    if code.variant == "chunked":
-        return ("jitmeta_emit", "jitmeta_summarize")
     return ("jitmeta_emit",)
 
 

@@ -186,11 +186,16 @@ def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
 
 
 def allocate(device: int, nbytes: int) -> int:
-    """``nbytes`` of device memory on ``device``, outside PyTorch's caching allocator
-    (so outside any CUDA-graph memory pool), never freed. For small buffers that live
-    as long as the process (a captured graph may keep using them)."""
+    """``nbytes`` of zeroed device memory on ``device``, outside PyTorch's caching
+    allocator (so outside any CUDA-graph memory pool), never freed. For small buffers
+    that live as long as the process (a captured graph may keep using them). Waits
+    for the zeroing (never call it during CUDA-graph capture)."""
+    driver = _driver()
     with device_context(device):
-        return int(_check(_driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})"))
+        ptr = _check(driver.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")
+        _check(driver.cuMemsetD8(ptr, 0, nbytes), "cuMemsetD8")
+        _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+        return int(ptr)
 
 
 def get_module(device: int, key: str) -> LoadedModule | None:
@@ -268,20 +273,33 @@ def thread_params(types: tuple) -> KernelParams:
 
 # --- launch ------------------------------------------------------------------------------
 
-def _pdl_config(grid: int, threads: int, smem: int, stream: int):
-    """This thread's CUlaunchConfig carrying the programmatic-serialization attribute."""
-    cfg = getattr(_tls, "pdl_config", None)
+def _launch_config(grid: int, threads: int, smem: int, stream: int, pdl: bool,
+                   cooperative: bool):
+    """This thread's CUlaunchConfig carrying the programmatic-serialization and/or
+    cooperative attributes (one per combination, reused)."""
+    configs = getattr(_tls, "launch_configs", None)
+    if configs is None:
+        configs = _tls.launch_configs = {}
+    cfg = configs.get((pdl, cooperative))
     if cfg is None:
         driver = _driver()
         cfg = driver.CUlaunchConfig()
         cfg.gridDimY = cfg.gridDimZ = cfg.blockDimY = cfg.blockDimZ = 1
-        attr = driver.CUlaunchAttribute()
-        attr.id = (driver.CUlaunchAttributeID
-                   .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
-        attr.value.programmaticStreamSerializationAllowed = 1
-        cfg.attrs = [attr]
-        cfg.numAttrs = 1
-        _tls.pdl_config = cfg
+        attrs = []
+        if pdl:
+            attr = driver.CUlaunchAttribute()
+            attr.id = (driver.CUlaunchAttributeID
+                       .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
+        if cooperative:
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            attr.value.cooperative = 1
+            attrs.append(attr)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        configs[(pdl, cooperative)] = cfg
     cfg.gridDimX = grid
     cfg.blockDimX = threads
     cfg.sharedMemBytes = smem
@@ -290,7 +308,7 @@ def _pdl_config(grid: int, threads: int, smem: int, stream: int):
 
 
 def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
-           types: tuple, pdl: bool = False) -> None:
+           types: tuple, pdl: bool = False, cooperative: bool = False) -> None:
     """Launch ``fn`` on ``stream`` (a raw cudaStream_t as int). No synchronization.
 
     ``args`` are ints (device addresses for :data:`POINTER`, values for
@@ -299,14 +317,17 @@ def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
 
     With ``pdl`` the launch carries the programmatic-stream-serialization attribute,
     so it may start while the previous kernel in the stream finishes; the kernel
-    waits for that kernel's results with ``griddepcontrol.wait``.
+    waits for that kernel's results with ``griddepcontrol.wait``. With
+    ``cooperative`` the driver guarantees that all ``grid`` blocks are resident at once
+    (or fails the launch), which the chunked variant's in-kernel combine relies on.
     """
     params = thread_params(types)
     params.pack(*args)
     driver = _drv if _drv is not None else _driver()
-    if pdl:
-        err, = driver.cuLaunchKernelEx(_pdl_config(grid, threads, smem, stream), fn,
-                                       params.address, 0)
+    if pdl or cooperative:
+        err, = driver.cuLaunchKernelEx(
+            _launch_config(grid, threads, smem, stream, pdl, cooperative), fn,
+            params.address, 0)
         if err:
             raise _error(err, "cuLaunchKernelEx")
         return
