@@ -311,6 +311,7 @@ class Launch:
     grid: int
     threads: int
     dyn_smem: int
+    cooperative: bool  # all blocks run at once (forked processes) instead of in turn
     args: tuple[tuple[int, int], ...]  # (kind, value)
 
 
@@ -321,20 +322,20 @@ def recorded_launches(plan: Plan, kernels: Sequence[str], batch: int, next_n: in
                       num_sms: int, varlen: bool) -> tuple[list[Launch], int]:
     """The launches ``api.Launcher`` makes for ``plan``, and its workspace words.
 
-    The Launcher is built the way ``api.prepare`` builds it (the module's kernels by
-    name; workspace words grid * (4 varlen / 1 dense) for the chunked variant) and
-    called with ``runtime.launch`` recording. The emulator's workspace has exactly
-    that many words (the library's is larger).
+    The Launcher is built the way ``api.prepare`` builds it (the module's kernel by
+    name, cooperative for the chunked variant, ``api.launcher_ws_words`` workspace
+    words) and called with ``runtime.launch`` recording. The emulator's workspace has
+    exactly that many words (the library's may be larger) and starts zeroed, as
+    ``runtime.allocate`` leaves it.
     """
     launcher = api.Launcher(
         device=0, plan=plan,
         emit="jitmeta_emit" if "jitmeta_emit" in kernels else None,
-        summarize="jitmeta_summarize" if "jitmeta_summarize" in kernels else None,
-        threads=plan.threads, grid=plan.grid, dyn_smem=plan.smem_dynamic_bytes,
-        ws_words=plan.grid * (4 if varlen else 1) if plan.variant == "chunked" else 0)
+        cooperative=plan.variant == "chunked", threads=plan.threads, grid=plan.grid,
+        dyn_smem=plan.smem_dynamic_bytes, ws_words=api.launcher_ws_words(plan))
     calls: list[Launch] = []
 
-    def record(fn, grid, threads, smem, stream, args, types, pdl=False):
+    def record(fn, grid, threads, smem, stream, args, types, pdl=False, cooperative=False):
         if fn is None:
             raise EmulatorError(f"the launcher launches a kernel the source does not define "
                                 f"(it defines {', '.join(kernels)})")
@@ -348,7 +349,8 @@ def recorded_launches(plan: Plan, kernels: Sequence[str], batch: int, next_n: in
                 out.append((ARG_VALUE, int(value)))
             else:
                 raise EmulatorError(f"unknown argument type {kind!r} in a launch of {fn}")
-        calls.append(Launch(fn, int(grid), int(threads), int(smem), tuple(out)))
+        calls.append(Launch(fn, int(grid), int(threads), int(smem), bool(cooperative),
+                            tuple(out)))
 
     ws = _WS if launcher.ws_words else 0
     with _record_lock, mock.patch.object(runtime, "launch", record):
@@ -382,7 +384,7 @@ class Case:
     def cost(self) -> int:
         """Rough emulation cost: threads x blocks of every launch."""
         p = self.plan
-        return p.grid * p.threads * (2 if p.variant == "chunked" else 1) + 64
+        return p.grid * p.threads + 64
 
     def describe(self) -> str:
         if self.label:
@@ -423,8 +425,8 @@ class Case:
         for launch in launches:
             name = launch.kernel.encode()
             blob += struct.pack("<I", len(name)) + name + b"\0" * (-len(name) % 4)
-            blob += struct.pack("<4I", launch.grid, launch.threads, launch.dyn_smem,
-                                len(launch.args))
+            blob += struct.pack("<5I", launch.grid, launch.threads, launch.dyn_smem,
+                                int(launch.cooperative), len(launch.args))
             for kind, value in launch.args:
                 blob += struct.pack("<2I", kind, value)
         return bytes(blob), out_words

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <sched.h>
 #include <type_traits>
 #include <utility>
 
@@ -139,7 +140,9 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) { jitmeta_emu::syncwarp(mask
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __nanosleep(unsigned) {}
+// Polling loops sleep: let the threads (and forked blocks) they wait for run.
+inline void __nanosleep(unsigned) { sched_yield(); }
+inline void __trap() { jitmeta_emu::fatal("__trap()"); }
 
 // --- warp shuffles and votes ---------------------------------------------------------
 namespace jitmeta_emu {

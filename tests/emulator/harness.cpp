@@ -17,15 +17,18 @@
 //     poison_seed, launch count,
 //     context_lens (batch * next_n int32), indices (batch int32, if has_indices),
 //     per launch: name length, name bytes (padded to 4), grid, threads, dyn_smem bytes,
-//                 argument count, then per argument: kind, value
+//                 cooperative (0/1), argument count, then per argument: kind, value
 //   argument kinds: 0 u32 value, 1 context_lens, 2 indices, 3 out, 4 workspace, 5 null.
 // Output file: per case, out_words int32.
 //
 // Device memory is modelled strictly: every buffer lies in its own mapping, 256-byte
 // aligned (plus misalign_bytes for the inputs), with an inaccessible page after the
 // 256-byte-rounded end and before the start; inputs are read-only; out and workspace
-// start as garbage and the bytes around them are checked for stray writes. Exact
-// sizes: the workspace has exactly ws_words words (the library's is larger).
+// starts as garbage, the workspace zeroed (as runtime.allocate leaves it), and the bytes
+// around them are checked for stray writes. Exact sizes: the workspace has exactly
+// ws_words words (the library's may be larger). Buffers are shared mappings: the
+// blocks of a cooperative launch run at once, one forked process per block (each with
+// its own shared memory), and see each other's global writes.
 
 #include "cuda_shim.h"
 
@@ -40,6 +43,7 @@
 #include <string>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -289,6 +293,7 @@ __attribute__((no_sanitize_address)) void fill_garbage(char* p, std::size_t n, u
 // --- one launch: `threads` OS threads run the grid's blocks one after another ----------
 struct Launch {
     unsigned grid = 1, threads = 1;
+    unsigned first_block = 0, end_block = 1;  // the blocks this process runs
     std::size_t dyn = 0;
     const KernelEntry* kernel = nullptr;
     const Arg* args = nullptr;
@@ -333,7 +338,7 @@ void* worker_main(void* p) {
     threadIdx = uint3{w->linear, 0, 0};
     blockDim = dim3(L.threads, 1, 1);
     gridDim = dim3(L.grid, 1, 1);
-    for (unsigned b = 0; b < L.grid; ++b) {
+    for (unsigned b = L.first_block; b < L.end_block; ++b) {
         L.pool.arrive_and_wait(0, nullptr, prepare_block, &L);
         blockIdx = uint3{b, 0, 0};
         st.ops = 0;
@@ -346,8 +351,47 @@ void* worker_main(void* p) {
     return nullptr;
 }
 
+void run_blocks(const KernelEntry& k, unsigned grid, unsigned first, unsigned end,
+                unsigned threads, std::size_t dyn, const Arg* args, u64 seed);
+
+// A cooperative launch: every block at once, one forked process per block (CUDA
+// guarantees co-residency, and blocks may wait for each other). A block that fails
+// has printed why; the launch then fails with its status.
+void run_cooperative(const KernelEntry& k, unsigned grid, unsigned threads, std::size_t dyn,
+                     const Arg* args, u64 seed) {
+    std::fflush(nullptr);
+    std::vector<pid_t> kids;
+    for (unsigned b = 0; b < grid; ++b) {
+        const pid_t pid = fork();
+        if (pid < 0) die("fork failed for block " + std::to_string(b) + " of " + k.name);
+        if (pid == 0) {
+            run_blocks(k, grid, b, b + 1, threads, dyn, args, seed);
+            std::fflush(nullptr);
+            _exit(0);
+        }
+        kids.push_back(pid);
+    }
+    int failed = 0;
+    for (pid_t pid : kids) {
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        if (!failed && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+            failed = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (failed) {
+        std::fprintf(stderr, "jitmeta-emu: a block of cooperative launch %s failed "
+                     "(status %d) in case %ld\n", k.name, failed, (long)g_case);
+        _exit(failed);
+    }
+}
+
 void run_launch(const KernelEntry& k, unsigned grid, unsigned threads, std::size_t dyn,
                 const Arg* args, u64 seed) {
+    run_blocks(k, grid, 0, grid, threads, dyn, args, seed);
+}
+
+void run_blocks(const KernelEntry& k, unsigned grid, unsigned first, unsigned end,
+                unsigned threads, std::size_t dyn, const Arg* args, u64 seed) {
     if (grid < 1 || threads < 1 || threads > 1024)
         die(std::string("invalid launch of ") + k.name + ": grid " + std::to_string(grid) +
             ", threads " + std::to_string(threads) + " (CUDA: 1..2^31-1 blocks, 1..1024 threads)");
@@ -358,6 +402,9 @@ void run_launch(const KernelEntry& k, unsigned grid, unsigned threads, std::size
     std::vector<Warp> warps((threads + 31) / 32);
     Launch L;
     L.grid = grid;
+    L.first_block = first;
+    L.end_block = end;
+    L.next_block = first;
     L.threads = threads;
     L.dyn = dyn;
     L.kernel = &k;
@@ -410,7 +457,7 @@ struct Buffer {
         const std::size_t span = (n + misalign + 255) / 256 * 256;
         const std::size_t body = (span + page - 1) / page * page;
         map_len = body + 2 * page;
-        void* m = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+        void* m = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                        -1, 0);
         if (m == MAP_FAILED) die(std::string("mmap failed for ") + what);
         map = static_cast<char*>(m);
@@ -521,11 +568,14 @@ int run_cases(const char* in_path, const char* out_path) {
             idx.read_only();
         }
         o.allocate("out", (std::size_t)out_words * 4, 0, seed * 4 + 3);
-        if (ws_words) ws.allocate("workspace", (std::size_t)ws_words * 4, 0, seed * 4 + 4);
+        if (ws_words) {
+            ws.allocate("workspace", (std::size_t)ws_words * 4, 0, seed * 4 + 4);
+            std::memset(ws.data, 0, (std::size_t)ws_words * 4);
+        }
         for (u32 l = 0; l < nlaunch; ++l) {
             const u32 name_len = r.u();
             const std::string name(r.bytes(name_len), name_len);
-            const u32 grid = r.u(), threads = r.u(), dyn = r.u(), nargs = r.u();
+            const u32 grid = r.u(), threads = r.u(), dyn = r.u(), coop = r.u(), nargs = r.u();
             const KernelEntry* k = find_kernel(name);
             if ((int)nargs != k->arity)
                 die("the launcher passes " + std::to_string(nargs) + " arguments to " + name +
@@ -545,7 +595,11 @@ int run_cases(const char* in_path, const char* out_path) {
                 }
                 args[a] = Arg{(u64)(std::uintptr_t)p, 1, (int)a};
             }
-            run_launch(*k, grid, threads, dyn, args.data(), (u64)seed * 1000003u + l);
+            const u64 launch_seed = (u64)seed * 1000003u + l;
+            if (coop && grid > 1)
+                run_cooperative(*k, grid, threads, dyn, args.data(), launch_seed);
+            else
+                run_launch(*k, grid, threads, dyn, args.data(), launch_seed);
         }
         o.check_untouched();
         if (ws_words) ws.check_untouched();
