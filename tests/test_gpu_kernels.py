@@ -21,7 +21,7 @@ pytestmark = [
                        reason="no CUDA GPU here: kernel tests run on the device machine"),
 ]
 
-BATCHES = [1, 31, 32, 33, 1023, 1024, 4064, 4096, 8192, 65536, 2**20]
+BATCHES = [1, 31, 32, 33, 1023, 1024, 4064, 4096, 8192, 65536, 270337, 2**20]
 NUM_SMS = [1, 8, 132, 1024, 4096]
 LENGTHS = ["zeros", "ones", "split_edges", "mixed", "huge_one"]
 SEED = int(os.environ.get("JITMETA_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
@@ -128,6 +128,38 @@ def test_batch_2p20_varlen_default_plan():
     idx = make_indices(2**20, gen).cuda()
     for schedule in ("smxx", "sm90"):
         check(ctx, 132, idx, schedule, f"2^20 varlen {schedule}")
+
+
+def test_batch_2p24_blocks_with_many_slabs():
+    """2^24 tokens: 2048 slabs of 8192 over 128 cooperative blocks (16 each), so phase 2
+    reloads the slabs that hold an SM start."""
+    gen = torch.Generator().manual_seed(SEED)
+    for next_n, varlen in ((2, False), (1, True)):
+        ctx = make_lengths("mixed", 2**24, next_n, gen).cuda()
+        idx = make_indices(2**24, gen).cuda() if varlen else None
+        assert jitmeta.plan(2**24, next_n, varlen, 132).grid == 128
+        for num_sms in (132, 4096):
+            check(ctx, num_sms, idx, "smxx", f"2^24 next_n={next_n} varlen={varlen} "
+                  f"num_sms={num_sms}")
+
+
+def test_chunked_calls_queued_back_to_back():
+    """Chunked calls of different grids queued on one stream with no sync in between
+    share the stream's workspace: each launch must tell its own slots by the epoch."""
+    gen = torch.Generator().manual_seed(SEED)
+    shapes = [(70000, False), (300000, True), (9000, False), (2**20, True), (270336, False)]
+    inputs = []
+    for batch, varlen in shapes:
+        ctx = make_lengths("mixed", batch, 1, gen).cuda()
+        idx = make_indices(batch, gen).cuda() if varlen else None
+        inputs.append((ctx, idx, jitmeta.reference_schedule(ctx, 132, idx)))
+    torch.cuda.synchronize()
+    outs = [jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, idx)
+            for _ in range(20) for ctx, idx, _ in inputs]
+    torch.cuda.synchronize()
+    for i, got in enumerate(outs):
+        ctx, idx, want = inputs[i % len(inputs)]
+        assert torch.equal(got, want), f"call {i} ({shapes[i % len(shapes)]}); seed={SEED}"
 
 
 def test_out_and_current_stream():

@@ -316,9 +316,12 @@ def test_plans_follow_the_device(two_devices):
         assert (p0.code.arch, p1.code.arch) == ("sm_90", "sm_80")
         assert p0.smem_bytes <= two_devices[0].smem_optin_bytes
         assert p1.smem_bytes <= two_devices[1].smem_optin_bytes
-    # A100's smaller opt-in shared memory moves the dynamic -> chunked boundary down
-    assert api.plan_for(50000, 1, False, 132, 256, "smxx", 0).variant == "dynamic"
-    assert api.plan_for(50000, 1, False, 132, 256, "smxx", 1).variant == "chunked"
+    # the SM count moves the chunked variant's switch to its larger slab down:
+    # 250000 <= 132 * 2048 = 270336 (H100: slabs of 2048) but > 108 * 2048 = 221184 (A100)
+    h100 = api.plan_for(250000, 1, False, 132, 256, "smxx", 0)
+    a100 = api.plan_for(250000, 1, False, 132, 256, "smxx", 1)
+    assert (h100.variant, h100.code.capacity) == ("chunked", 2048)
+    assert (a100.variant, a100.code.capacity) == ("chunked", 8192)
 
 
 def test_build_from_16_threads_compiles_each_key_once(cache_dir, two_devices):
@@ -397,12 +400,13 @@ def test_kernel_params_layout_and_round_trip():
     assert emit.values() == values
     ptrs = (ctypes.c_void_p * 7).from_address(emit.address)
     assert [p - ptrs[0] for p in ptrs] == list(emit.offsets)
-    summarize = runtime.KernelParams(api._SUMMARIZE_TYPES)
-    assert summarize.offsets == (0, 8, 16, 20, 24)
-    summarize.pack(1, 2, 3, 4, 5)
-    assert summarize.values() == (1, 2, 3, 4, 5)
+    P, U = runtime.POINTER, runtime.UINT32
+    mixed = runtime.KernelParams((P, P, U, U, P))
+    assert mixed.offsets == (0, 8, 16, 20, 24)
+    mixed.pack(1, 2, 3, 4, 5)
+    assert mixed.values() == (1, 2, 3, 4, 5)
     with pytest.raises(struct.error):
-        summarize.pack(1, 2, 2**32, 4, 5)  # a u32 argument out of range
+        mixed.pack(1, 2, 2**32, 4, 5)  # a u32 argument out of range
     with pytest.raises(TypeError, match="POINTER"):
         runtime.KernelParams((ctypes.c_float,))
 
@@ -433,8 +437,9 @@ def test_workspace_keys():
 
 def test_launcher_derives_the_call_shape_from_its_plan():
     p = jitmeta.plan(70000, 1, True, 132, arch="sm_90")
-    launcher = api.Launcher(device=1, plan=p, emit="e", summarize="s", threads=p.threads,
-                            grid=p.grid, dyn_smem=p.smem_dynamic_bytes, ws_words=4 * p.grid)
+    launcher = api.Launcher(device=1, plan=p, emit="e", cooperative=True, threads=p.threads,
+                            grid=p.grid, dyn_smem=p.smem_dynamic_bytes,
+                            ws_words=api.launcher_ws_words(p))
     assert (launcher.batch, launcher.next_n, launcher.num_sms) == (70000, 1, 132)
     assert launcher.out_shape == (133, 2)
 
@@ -496,32 +501,51 @@ class _StandInDriver:
 
     def cuMemAlloc(self, nbytes):
         buf = (ctypes.c_char * nbytes)()
+        ctypes.memset(buf, 0xA5, nbytes)  # device memory starts as garbage
         self.allocations.append(buf)
+        self.unsynced = True
         return (0, self.real.CUdeviceptr(ctypes.addressof(buf)))
 
-    def _record(self, fn, grid, threads, smem, stream, params, pdl):
+    def cuMemsetD8(self, ptr, value, nbytes):
+        ctypes.memset(int(ptr), value, nbytes)
+        return (0,)
+
+    def cuCtxSynchronize(self):
+        self.unsynced = False
+        return (0,)
+
+    def _record(self, fn, grid, threads, smem, stream, params, pdl, cooperative):
         assert self.current.get(threading.get_ident()) == 0x1000 + self.device, \
             "launched without the device's primary context current"
-        kinds = api._EMIT_TYPES if fn == "jitmeta_emit" else api._SUMMARIZE_TYPES
+        assert fn == "jitmeta_emit", fn
+        assert not getattr(self, "unsynced", False), "launched before the zeroing finished"
+        kinds = api._EMIT_TYPES
         ptrs = (ctypes.c_void_p * len(kinds)).from_address(params)
         args = tuple((ctypes.c_uint64 if k is runtime.POINTER else ctypes.c_uint32)
                      .from_address(p).value for p, k in zip(ptrs, kinds))
         self.launches.append(dict(fn=fn, grid=grid, threads=threads, smem=smem,
-                                  stream=stream, args=args, pdl=pdl))
+                                  stream=stream, args=args, pdl=pdl, cooperative=cooperative))
         return (0,)
 
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         assert (gy, gz, by, bz, extra) == (1, 1, 1, 1, 0)
-        return self._record(fn, gx, bx, smem, stream, params, False)
+        return self._record(fn, gx, bx, smem, stream, params, False, False)
 
     def cuLaunchKernelEx(self, cfg, fn, params, extra):
         assert (cfg.gridDimY, cfg.gridDimZ, cfg.blockDimY, cfg.blockDimZ) == (1, 1, 1, 1)
-        attr = cfg.attrs[0]
-        assert cfg.numAttrs == 1 and attr.value.programmaticStreamSerializationAllowed == 1
-        assert attr.id == self.real.CUlaunchAttributeID \
-            .CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        ids = self.real.CUlaunchAttributeID
+        attrs = {a.id: a for a in cfg.attrs[:cfg.numAttrs]}
+        assert cfg.numAttrs == len(cfg.attrs) == len(attrs) >= 1
+        pdl = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION in attrs
+        if pdl:
+            assert attrs[ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION] \
+                .value.programmaticStreamSerializationAllowed == 1
+        cooperative = ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE in attrs
+        if cooperative:
+            assert attrs[ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE].value.cooperative == 1
+        assert len(attrs) == pdl + cooperative
         return self._record(fn, cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes,
-                            int(cfg.hStream), params, True)
+                            int(cfg.hStream), params, pdl, cooperative)
 
 
 @pytest.fixture
@@ -562,15 +586,18 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     out = torch.empty(133, 2, dtype=I32)
     res, launcher = _call(stand_in, 0, ctx, idx, out)
     assert res is out and launcher.plan.variant == "chunked"
-    summarize, emit = stand_in.launches
-    assert (summarize["fn"], emit["fn"]) == ("jitmeta_summarize", "jitmeta_emit")
-    ws = summarize["args"][4]
-    assert summarize["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, ws) and ws
+    (emit,) = stand_in.launches  # one cooperative launch
+    ws = emit["args"][6]
     assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, out.data_ptr(), ws)
     p = launcher.plan
-    assert all(l["grid"] == p.grid and l["threads"] == p.threads and l["stream"] == 0x5000
-               and not l["pdl"] for l in stand_in.launches)
-    assert emit["smem"] == p.smem_dynamic_bytes
+    # 70000 <= 132 * 2048: slabs of 2048, ceil(70000 / 2048) = 35 blocks of 512 threads
+    assert (p.code.capacity, p.grid, p.threads) == (2048, 35, 512)
+    assert (emit["grid"], emit["threads"], emit["stream"]) == (p.grid, p.threads, 0x5000)
+    assert emit["cooperative"] and not emit["pdl"] and emit["smem"] == 0
+    # the workspace: zeroed, at least 4 + 8 * 1024 + 35 * 4 words (epoch, slots, slabs)
+    buf = next(b for b in stand_in.allocations if ctypes.addressof(b) == ws)
+    assert len(buf) >= 4 * (4 + 8 * 1024 + 35 * 4) == launcher.ws_words * 4
+    assert set(bytes(buf)) == {0}
     assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
 
 
@@ -622,7 +649,7 @@ def test_stand_in_capture_never_compiles_or_allocates(stand_in):
     assert ws[0x6000] == adopted and len(set(ws.values())) == 3  # one per stream
 
 
-def test_stand_in_threads_on_one_stream_keep_kernel_pairs_together(stand_in):
+def test_stand_in_threads_on_one_stream_share_its_workspace(stand_in):
     ctx = torch.ones(70000, 1, dtype=I32)
     idx = (torch.arange(70000) // 2).to(I32)
     _call(stand_in, 0, ctx, idx)
@@ -633,6 +660,6 @@ def test_stand_in_threads_on_one_stream_keep_kernel_pairs_together(stand_in):
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(worker, range(8)))
-    names = [l["fn"] for l in stand_in.launches]
-    assert names == ["jitmeta_summarize", "jitmeta_emit"] * (len(names) // 2)
-    assert len(names) == 2 * 801
+    assert len(stand_in.launches) == 801
+    assert len({l["args"][6] for l in stand_in.launches}) == 1
+    assert all(l["cooperative"] and l["stream"] == 0x5000 for l in stand_in.launches)

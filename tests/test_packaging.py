@@ -132,7 +132,7 @@ print(json.dumps({
     "cache_tools": __import__("jitmeta.cache_tools.cli").cache_tools.cli.__file__,
     "variant": p.variant,
     "elf": cubin[:4] == b"\x7fELF",
-    "smem": kernel_resources(cubin, "jitmeta_summarize")["static_smem_bytes"],
+    "smem": kernel_resources(cubin, "jitmeta_emit")["static_smem_bytes"],
     "plan_smem": p.smem_static_bytes,
     "cwd": str(Path.cwd()),
 }))
@@ -150,8 +150,9 @@ def test_installed_wheel_renders_and_compiles(installed, tmp_path):
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got)
     assert not Path(got["cwd"]).resolve().is_relative_to(REPO)
     assert got["variant"] == "chunked" and got["elf"] is True
-    # varlen chunk 8192: 8449 tile words * 4 + 34 summaries * 16 + 1024 reserved
-    assert got["smem"] == got["plan_smem"] == 8449 * 4 + 34 * 16 + 1024
+    # varlen, 100000 <= 132 * 2048: chunk 2048 at 512 threads:
+    # 2113 tile words * 4 + (16 + 2) summaries * 16 + 1024 reserved
+    assert got["smem"] == got["plan_smem"] == 2113 * 4 + 18 * 16 + 1024
 
 
 def test_installed_console_script_runs(installed, tmp_path):
@@ -169,8 +170,9 @@ def test_installed_console_script_runs(installed, tmp_path):
                 "sm_90", "--json"], env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
-    assert got["variant"] == "dynamic"
-    assert got["smem_bytes"] == 1168 + (8193 + 8193 // 32 + 1) * 4  # round16 + tile_words
+    assert got["variant"] == "chunked"
+    # chunk 2048 at 512 threads: tile_words(2048) * 4 + (16 + 2) * 4 scratch + 1024 reserved
+    assert got["smem_bytes"] == (2048 + 2048 // 32 + 1) * 4 + 18 * 4 + 1024
     assert {"threads", "reason"} <= set(got)
     # a usage error exits 2
     res = _run([str(script), "plan", "--no-such-flag"], env=env, cwd=tmp_path)

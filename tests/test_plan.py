@@ -7,6 +7,11 @@ built on ``tile_words(n) = n + n // 32 + 1``, with static buckets at
 by hand in the comment beside it, so that a change of formula shows up here as well as
 in the compiled cubins.
 
+The policy under test: static buckets while they fit the static limit, then chunked
+(a chunk of 2048 at static_threads(2048) threads while the batch fits one such slab per
+SM, else the default chunk of 8192; a cooperative grid of at most one block per SM).
+``dynamic`` serves a batch only when forced with JITMETA_VARIANT.
+
 Randomness is fresh on every run; the seed is printed and put in every assertion
 message. Rerun a failure with ``JITMETA_TEST_SEED=<seed> pytest tests/test_plan.py``.
 """
@@ -22,9 +27,10 @@ import jitmeta
 from jitmeta import envs
 from jitmeta.heuristics.arch import ARCH_TABLE, DeviceLimits, limits_for_arch
 from jitmeta.heuristics.plan import (DEFAULT_CHUNK, DEFAULT_THREADS, MIN_STATIC_CAPACITY,
-                                     WORD, PlanError, codes_for_batches, largest_tile, plan,
-                                     smem_chunked, smem_dynamic, smem_scratch, smem_static,
-                                     static_threads, tile_words)
+                                     SMALL_CHUNK, WORD, PlanError, chunked_grid,
+                                     codes_for_batches, largest_tile, plan, smem_chunked,
+                                     smem_dynamic, smem_scratch, smem_static, static_threads,
+                                     tile_words, workspace_words)
 
 _env_seed = os.environ.get("JITMETA_TEST_SEED")
 SEED = int(_env_seed) if _env_seed else int.from_bytes(os.urandom(8), "little")
@@ -82,20 +88,64 @@ def largest_dynamic_batch(limits: DeviceLimits, threads: int, varlen: bool) -> i
     return lo
 
 
-def expected_variant(batch, limits, threads, chunk, varlen, forced=False) -> str | None:
-    """The documented decision: static, else dynamic, else chunked, else none."""
+def expected_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
+    """Blocks of a chunked launch, as documented: at most one per SM, one per thread of
+    a block and 1024 in all; the slabs are spread evenly (the fewest slabs per block),
+    and no block is left without one."""
+    slabs = -(-batch // chunk)
+    most = min(slabs, sm_count, threads, 1024)
+    per = -(-slabs // most)
+    return -(-slabs // per)
+
+
+def expected_chunked(batch, limits, threads, varlen, forced_threads=False,
+                     chunk_knob=None) -> tuple[int, int, int, int] | None:
+    """The documented chunked choice: (chunk, threads, static bytes, grid), or None.
+
+    The chunk is JITMETA_CHUNK (``chunk_knob``) as given; else 8192 halved (not below
+    32) until it fits the static limit, and then 2048 at bucket_threads(2048) threads
+    if it is still larger and the batch is at most sm_count slabs of 2048.
+    """
+    rsv = limits.smem_reserved_bytes
+    t = threads
+    if chunk_knob is not None:
+        chunk = chunk_knob
+    else:
+        chunk = 8192
+        while chunk > 32 and smem_chunked(chunk, threads, varlen, rsv) \
+                > limits.smem_static_bytes:
+            chunk //= 2
+        if chunk > 2048 and batch <= limits.sm_count * 2048:
+            chunk, t = 2048, bucket_threads(2048, threads, forced_threads)
+    smem = smem_chunked(chunk, t, varlen, rsv)
+    if smem > limits.smem_static_bytes:
+        return None
+    return chunk, t, smem, expected_grid(batch, chunk, limits.sm_count, t)
+
+
+def expected_plan(batch, limits, threads, varlen, forced_threads=False, chunk_knob=None,
+                  variant_knob=None) -> tuple | None:
+    """The documented decision as (variant, capacity, threads, static bytes, dynamic
+    bytes, grid): the forced variant if it fits; else static, else chunked; else None.
+    ``limits`` are the limits after the budget."""
     rsv = limits.smem_reserved_bytes
     cap = MIN_STATIC_CAPACITY
     while cap < batch:
         cap *= 2
-    if smem_static(cap, bucket_threads(cap, threads, forced), varlen, rsv) \
-            <= limits.smem_static_bytes:
-        return "static"
-    if sum(smem_dynamic(batch, threads, varlen, rsv)) <= limits.smem_optin_bytes:
-        return "dynamic"
-    if smem_chunked(chunk, threads, varlen, rsv) <= limits.smem_static_bytes:
-        return "chunked"
-    return None
+    t = bucket_threads(cap, threads, forced_threads)
+    st = smem_static(cap, t, varlen, rsv)
+    static = ("static", cap, t, st, 0, 1) if st <= limits.smem_static_bytes else None
+    if variant_knob == "static":
+        return static
+    if variant_knob == "dynamic":
+        st, dyn = smem_dynamic(batch, threads, varlen, rsv)
+        return ("dynamic", 0, threads, st, dyn, 1) \
+            if st + dyn <= limits.smem_optin_bytes else None
+    ch = expected_chunked(batch, limits, threads, varlen, forced_threads, chunk_knob)
+    chunked = None if ch is None else ("chunked", ch[0], ch[1], ch[2], 0, ch[3])
+    if variant_knob == "chunked":
+        return chunked
+    return static or chunked
 
 
 # --- the formulas themselves, by hand ---------------------------------------------------
@@ -195,6 +245,9 @@ def test_smem_formulas_by_hand():
     assert smem_chunked(8192, 1024, False, 1024) == 34956
     assert smem_chunked(1024, 256, True, 0) == 1057 * 4 + 10 * 16 == 4388
     assert smem_chunked(2048, 1024, False, 1024) == 2113 * 4 + 136 + 1024 == 9612
+    # the small chunk at its default 512 threads: the same bytes as static bucket 2048
+    assert smem_chunked(2048, 512, False, 1024) == 2113 * 4 + 72 + 1024 == 9548
+    assert smem_chunked(2048, 512, True, 1024) == 2113 * 4 + 288 + 1024 == 9764
     # every formula, against tile_words, over a range
     for n in (1, 31, 32, 33, 1000, 1024, 4097, 8192, 12000):
         for t in (32, 256, 1024):
@@ -205,6 +258,61 @@ def test_smem_formulas_by_hand():
                 st, dyn = smem_dynamic(n, t, varlen, 1024)
                 assert dyn == 4 * tile_words(n)
                 assert st % 16 == 0 and 0 <= st - (sc + 1024) < 16
+
+
+def test_chunked_grid_by_hand():
+    assert (DEFAULT_CHUNK, SMALL_CHUNK) == (8192, 2048)
+    # slabs = ceil(batch / chunk); at most min(slabs, sm_count, threads, 1024) blocks;
+    # per = ceil(slabs / that) slabs per block; grid = ceil(slabs / per)
+    assert chunked_grid(1, 8192, 132, 1024) == 1
+    assert chunked_grid(8193, 2048, 132, 512) == 5           # 4 * 2048 = 8192 < 8193
+    assert chunked_grid(56068, 2048, 132, 512) == 28         # 27 * 2048 = 55296 < 56068
+    assert chunked_grid(270336, 2048, 132, 512) == 132       # 132 * 2048: one slab each
+    assert chunked_grid(270337, 8192, 132, 1024) == 34       # 33 * 8192 = 270336 < 270337
+    assert chunked_grid(2**20, 8192, 132, 1024) == 128       # 128 slabs, one each
+    # 2048 slabs on 132 SMs: per = ceil(2048 / 132) = 16 (132 * 15 = 1980 < 2048);
+    # grid = 2048 / 16 = 128 (four SMs idle rather than blocks of 15 and 16 slabs)
+    assert chunked_grid(2**24, 8192, 132, 1024) == 128
+    assert chunked_grid(2**24 + 1, 8192, 132, 1024) == 129   # 2049 slabs: 16 * 128 < 2049
+    # 78 SMs: per = ceil(2048 / 78) = 27 (78 * 26 = 2028 < 2048); ceil(2048 / 27) = 76
+    # (27 * 75 = 2025 < 2048 <= 2052)
+    assert chunked_grid(2**24, 8192, 78, 1024) == 76
+    # the block size caps the grid (one polling thread per block): 256 -> per 8
+    assert chunked_grid(2**24, 8192, 500, 256) == 256
+    assert chunked_grid(2**24, 8192, 132, 32) == 32          # per 64
+    # and 1024 blocks at most: 2048 slabs on 2000 SMs -> per 2
+    assert chunked_grid(2**24, 8192, 2000, 1024) == 1024
+    assert chunked_grid(2**24, 1024, 5000, 1024) == 1024     # 16384 slabs, per 16
+    # 10**6 / 1024: 977 slabs (976 * 1024 = 999424); per = ceil(977 / 132) = 8
+    # (132 * 7 = 924 < 977); ceil(977 / 8) = 123 (8 * 122 = 976 < 977)
+    assert chunked_grid(10**6, 1024, 132, 1024) == 123
+    assert chunked_grid(17 * 2048, 2048, 16, 1024) == 9      # 17 slabs, per 2
+    assert chunked_grid(2**24, 8192, 1, 1024) == 1           # one SM: one block
+    # against a brute force: the fewest slabs per block that needs no more blocks than
+    # the cap; then as few blocks as that allows, none of them empty
+    for slabs in range(1, 300):
+        for sms in (1, 2, 3, 7, 16, 33, 132):
+            for t in (32, 64, 256, 1024):
+                cap = min(sms, t, 1024)
+                per = next(p for p in range(1, slabs + 1) if -(-slabs // p) <= cap)
+                grid = chunked_grid(slabs * 64 - 5, 64, sms, t)
+                assert grid == -(-slabs // per), (slabs, sms, t)
+                assert grid <= cap and (grid - 1) * per < slabs <= grid * per
+
+
+def test_workspace_words_by_hand():
+    # 4 epoch words + 8 words for each of 1024 block slots + one summary per slab:
+    # 1 word (dense) or 4 words (varlen, 16 B)
+    assert workspace_words(1, 8192, False) == 4 + 8192 + 1 == 8197
+    assert workspace_words(1, 8192, True) == 4 + 8192 + 4 == 8200
+    assert workspace_words(8193, 2048, False) == 4 + 8192 + 5 == 8201
+    assert workspace_words(8193, 2048, True) == 4 + 8192 + 5 * 4 == 8216
+    assert workspace_words(2**24, 8192, False) == 4 + 8192 + 2048 == 10244
+    assert workspace_words(2**24, 8192, True) == 4 + 8192 + 2048 * 4 == 16388
+    assert workspace_words(2**24 + 1, 8192, False) == 4 + 8192 + 2049 == 10245
+    assert workspace_words(2**24 + 1, 8192, True) == 4 + 8192 + 2049 * 4 == 16392
+    # 2**26 varlen tokens: 8192 slabs -> 4 + 8192 + 32768 = 40964 words, under 1 << 16
+    assert workspace_words(2**26, 8192, True) == 40964 < 1 << 16
 
 
 def test_static_threads_by_hand():
@@ -242,7 +350,7 @@ def test_sm90_limits_table():
 # --- boundaries on sm_90 -----------------------------------------------------------------
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-def test_sm90_static_dynamic_boundary(sm90, varlen):
+def test_sm90_static_chunked_boundary(sm90, varlen):
     # bucket 8192 (1024 threads): 8449 * 4 + 136 + 1024 = 34956 B (dense) /
     # 8449 * 4 + 544 + 1024 = 35364 B (varlen) <= 49152; bucket 16384: 68748 B > 49152
     assert largest_static_batch(sm90, DEFAULT_THREADS, varlen) == 8192
@@ -253,17 +361,42 @@ def test_sm90_static_dynamic_boundary(sm90, varlen):
     assert last.smem_static_bytes == (35364 if varlen else 34956)
     assert last.smem_dynamic_bytes == 0
     assert last.smem_static_bytes <= 48 * KIB
+    # 8193 <= 132 * 2048 = 270336: chunked with the small chunk of 2048 at
+    # static_threads(2048, 1024) = 512 threads; 4 * 2048 = 8192 < 8193 <= 5 * 2048: 5 slabs,
+    # one block each; 2113 * 4 + 72 (288) + 1024 = 9548 (9764) B
     first = _plan(8193, sm90, varlen)
-    assert (first.variant, first.code.capacity, first.grid) == ("dynamic", 0, 1)
-    assert first.threads == DEFAULT_THREADS == 1024
-    assert first.smem_static_bytes == (1568 if varlen else 1168)
-    assert first.smem_dynamic_bytes == tile_words(8193) * 4 == 8450 * 4 == 33800
-    assert "static" in last.reason and "dynamic" in first.reason
+    assert (first.variant, first.code.capacity, first.grid) == ("chunked", 2048, 5)
+    assert first.threads == first.code.threads == 512
+    assert first.smem_static_bytes == smem_chunked(2048, 512, varlen, 1024)
+    assert first.smem_static_bytes == (9764 if varlen else 9548)
+    assert first.smem_dynamic_bytes == 0
+    assert "static" in last.reason
+    assert "5 cooperative block(s) over 5 slab(s) of 2048 elements" in first.reason
+    assert "dynamic" not in first.reason
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_sm90_small_chunk_boundary(sm90, varlen):
+    # the small chunk serves while every SM's block gets at most one slab of 2048:
+    # 132 * 2048 = 270336 -> 132 slabs, 132 blocks (min(132, 132 SMs, 512, 1024))
+    last = _plan(270336, sm90, varlen)
+    assert (last.variant, last.code.capacity, last.threads, last.grid) \
+        == ("chunked", 2048, 512, 132)
+    assert last.smem_static_bytes == (9764 if varlen else 9548)  # 2113 * 4 + 72 (288) + 1024
+    # one more: the default chunk of 8192 at 1024 threads; 270336 = 33 * 8192, so 34 slabs
+    first = _plan(270337, sm90, varlen)
+    assert (first.variant, first.code.capacity, first.threads, first.grid) \
+        == ("chunked", 8192, 1024, 34)
+    # 8449 * 4 + 136 (544) + 1024 = 34956 (35364) B
+    assert first.smem_static_bytes == smem_chunked(8192, 1024, varlen, 1024)
+    assert first.smem_static_bytes == (35364 if varlen else 34956)
+    assert first.smem_dynamic_bytes == 0
+    assert "34 cooperative block(s) over 34 slab(s) of 8192 elements" in first.reason
 
 
 @pytest.mark.parametrize("varlen,largest", [(False, 56067), (True, 55970)],
                          ids=["dense", "varlen"])
-def test_sm90_dynamic_chunked_boundary(sm90, varlen, largest):
+def test_sm90_forced_dynamic_limit(sm90, varlen, largest):
     # dense:  1168 + 4 tile_words(b) <= 232448 -> tile_words(b) <= 231280 / 4 = 57820
     #         56067 + 56067 // 32 + 1 = 56067 + 1752 + 1 = 57820;  56068 -> 57821
     # varlen: 1568 + 4 tile_words(b) <= 232448 -> tile_words(b) <= 230880 / 4 = 57720
@@ -271,19 +404,27 @@ def test_sm90_dynamic_chunked_boundary(sm90, varlen, largest):
     assert largest_dynamic_batch(sm90, DEFAULT_THREADS, varlen) == largest
     assert largest_tile((sm90.smem_optin_bytes - (1568 if varlen else 1168)) // WORD) \
         == largest
-    last = _plan(largest, sm90, varlen)
-    assert last.variant == "dynamic"
-    assert last.smem_bytes <= sm90.smem_optin_bytes
-    # 1168 + 57820 * 4 == 1568 + 57720 * 4 == 232448: the opt-in limit exactly
-    assert last.smem_dynamic_bytes == (57720 if varlen else 57820) * 4
-    assert last.smem_bytes == 232448
-    first = _plan(largest + 1, sm90, varlen)
-    assert first.variant == "chunked"
-    assert (first.code.capacity, first.grid) == (DEFAULT_CHUNK, -(-(largest + 1) // 8192))
-    assert first.grid == 7  # 6 * 8192 = 49152 < 55971, 56068 <= 7 * 8192 = 57344
-    assert first.threads == 1024
-    assert first.smem_static_bytes == (35364 if varlen else 34956)
-    assert first.smem_dynamic_bytes == 0
+    # unforced, neither side of the dynamic limit is dynamic: 27 * 2048 = 55296 < b
+    # <= 28 * 2048 = 57344: 28 slabs of 2048, one block each
+    for batch in (largest, largest + 1):
+        p = _plan(batch, sm90, varlen)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 2048, 512, 28)
+    with envs.override(JITMETA_VARIANT="dynamic"):
+        first = _plan(8193, sm90, varlen)
+        assert (first.variant, first.code.capacity, first.grid) == ("dynamic", 0, 1)
+        assert first.threads == DEFAULT_THREADS == 1024
+        # 136 (544) + 1024 = 1160 (1568) -> rounded up to 16: 1168 (1568)
+        assert first.smem_static_bytes == (1568 if varlen else 1168)
+        assert first.smem_dynamic_bytes == tile_words(8193) * 4 == 8450 * 4 == 33800
+        assert "JITMETA_VARIANT" in first.reason and "dynamic" in first.reason
+        last = _plan(largest, sm90, varlen)
+        assert last.variant == "dynamic"
+        assert last.smem_bytes <= sm90.smem_optin_bytes
+        # 1168 + 57820 * 4 == 1568 + 57720 * 4 == 232448: the opt-in limit exactly
+        assert last.smem_dynamic_bytes == (57720 if varlen else 57820) * 4
+        assert last.smem_bytes == 232448
+        with pytest.raises(PlanError, match="JITMETA_VARIANT"):
+            _plan(largest + 1, sm90, varlen)
 
 
 # (batch, bucket, threads, dense bytes, varlen bytes) with the default 1024 threads:
@@ -312,43 +453,106 @@ def test_sm90_static_buckets(sm90, varlen):
 
 @pytest.mark.parametrize("forced", [128, 512, 1024])
 def test_threads_override_applies_to_every_static_bucket(sm90, forced):
-    """JITMETA_THREADS replaces static_threads in every bucket (and dynamic/chunked)."""
+    """JITMETA_THREADS replaces static_threads in every bucket (and both chunks)."""
     with envs.override(JITMETA_THREADS=forced):
         for batch, cap, *_ in SM90_BUCKETS:
             for varlen in (False, True):
                 p = _plan(batch, sm90, varlen)
                 assert (p.variant, p.code.capacity, p.threads) == ("static", cap, forced)
                 assert p.smem_static_bytes == smem_static(cap, forced, varlen, 1024)
-        assert _plan(8193, sm90).threads == forced
-        assert _plan(10**6, sm90).threads == forced
+        p = _plan(8193, sm90)      # the small chunk: static_threads(2048) = 512 unless set
+        assert (p.variant, p.code.capacity, p.threads) == ("chunked", 2048, forced)
+        assert p.smem_static_bytes == smem_chunked(2048, forced, False, 1024)
+        p = _plan(10**6, sm90)     # the default chunk
+        assert (p.variant, p.code.capacity, p.threads) == ("chunked", 8192, forced)
     # 1024 on the 1024 bucket: 1057 * 4 + 136 + 1024 = 5388 B (the default there is 5292 B)
     with envs.override(JITMETA_THREADS=1024):
         assert _plan(100, sm90).smem_static_bytes == 5388
     assert _plan(100, sm90).smem_static_bytes == 5292
 
 
-def test_chunked_grid_for_huge_batches(sm90):
-    for batch in (56068, 57820, 65536, 2**20, 2**24, 2**24 + 1):
-        p = _plan(batch, sm90)
-        assert p.variant == "chunked", batch
-        assert p.grid == -(-batch // DEFAULT_CHUNK), batch
-        assert p.threads == 1024, batch
-        assert p.smem_static_bytes == 34956  # 8449 * 4 + 136 + 1024
-    assert _plan(2**24, sm90).grid == 2048  # 2**24 / 8192
+# (batch, chunk, threads, slabs, grid, dense bytes, varlen bytes) on sm_90 (132 SMs):
+# chunk 2048 (512 threads: 2113 * 4 + 72 (288) + 1024 B) up to 132 * 2048 = 270336,
+# then 8192 (1024 threads: 8449 * 4 + 136 (544) + 1024 B);
+# grid = ceil(slabs / per), per = ceil(slabs / min(slabs, 132, threads, 1024))
+SM90_CHUNKED = [
+    (8193, 2048, 512, 5, 5, 9548, 9764),            # 4 * 2048 = 8192 < 8193
+    (56068, 2048, 512, 28, 28, 9548, 9764),         # 27 * 2048 = 55296 < 56068 <= 57344
+    (57820, 2048, 512, 29, 29, 9548, 9764),         # 57344 < 57820 <= 29 * 2048 = 59392
+    (65536, 2048, 512, 32, 32, 9548, 9764),         # 65536 / 2048
+    (270336, 2048, 512, 132, 132, 9548, 9764),      # 132 * 2048: one slab per SM
+    (270337, 8192, 1024, 34, 34, 34956, 35364),     # 33 * 8192 = 270336 < 270337
+    (2**20, 8192, 1024, 128, 128, 34956, 35364),    # 2**20 / 8192 = 128 <= 132
+    (2**24, 8192, 1024, 2048, 128, 34956, 35364),   # per 16 (1980 < 2048 <= 2112); 2048 / 16
+    (2**24 + 1, 8192, 1024, 2049, 129, 34956, 35364),  # per 16; 16 * 128 = 2048 < 2049
+]
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_chunked_grid_for_huge_batches(sm90, varlen):
+    for batch, chunk, threads, slabs, grid, dense_b, varlen_b in SM90_CHUNKED:
+        p = _plan(batch, sm90, varlen)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) \
+            == ("chunked", chunk, threads, grid), batch
+        assert p.grid == expected_grid(batch, chunk, 132, threads), batch
+        assert p.smem_static_bytes == (varlen_b if varlen else dense_b), batch
+        assert p.smem_dynamic_bytes == 0, batch
+        assert (f"{grid} cooperative block(s) over {slabs} slab(s) of {chunk} elements"
+                in p.reason), (batch, p.reason)
+    assert _plan(2**24, sm90, varlen).grid == 128
+
+
+def test_chunked_plan_follows_the_device_sm_count():
+    # 78 SMs: the small chunk up to 78 * 2048 = 159744 (78 slabs, 78 blocks); 159745 takes
+    # the default chunk: 19 * 8192 = 155648 < 159745 <= 163840 -> 20 slabs, 20 blocks
+    lim = limits_for_arch("sm_90", 78)
+    assert (_plan(159744, lim).code.capacity, _plan(159744, lim).grid) == (2048, 78)
+    p = _plan(159745, lim)
+    assert (p.code.capacity, p.threads, p.grid) == (8192, 1024, 20)
+    # 2**24: per = ceil(2048 / 78) = 27, grid = ceil(2048 / 27) = 76 (27 * 75 = 2025 < 2048)
+    assert _plan(2**24, lim).grid == 76
+    # 4 SMs: 4 * 2048 = 8192, so no batch past the static buckets takes the small chunk;
+    # 8193 -> 2 slabs of 8192, 2 blocks
+    lim = limits_for_arch("sm_90", 4)
+    p = _plan(8193, lim)
+    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 8192, 1024, 2)
+    assert _plan(2**24, lim).grid == 4                  # per = 2048 / 4 = 512
+    # one SM: one block however large the batch
+    lim = limits_for_arch("sm_90", 1)
+    assert (_plan(8193, lim).code.capacity, _plan(8193, lim).grid) == (8192, 1)
+    assert _plan(2**24, lim).grid == 1
+    # 2000 SMs: the small chunk up to 2000 * 2048 = 4096000: 2000 slabs, at most 512
+    # blocks (its 512 threads): per = ceil(2000 / 512) = 4, grid = 2000 / 4 = 500
+    lim = limits_for_arch("sm_90", 2000)
+    p = _plan(4096000, lim)
+    assert (p.code.capacity, p.threads, p.grid) == (2048, 512, 500)
+    # 2**24 on 2000 SMs: 2048 slabs of 8192, at most 1024 blocks -> per 2, grid 1024
+    p = _plan(2**24, lim)
+    assert (p.code.capacity, p.threads, p.grid) == (8192, 1024, 1024)
+    # the plan's num_sms argument (the output's SM count) moves none of it
+    for num_sms in (1, 78, 132, 4096):
+        p = _plan(2**24, limits_for_arch("sm_90", 78), num_sms=num_sms)
+        assert (p.code.capacity, p.grid, p.num_sms) == (8192, 76, num_sms)
 
 
 def test_next_n_and_num_sms_do_not_change_boundaries(sm90):
     for next_n in (1, 2, 3, 6):
         for num_sms in (1, 132, 4096):
-            got = [_plan(b, sm90, False, next_n, num_sms).variant
-                   for b in (8192, 8193, 56067, 56068)]
-            assert got == ["static", "dynamic", "dynamic", "chunked"], (next_n, num_sms)
+            got = [(p.variant, p.code.capacity) for p in
+                   (_plan(b, sm90, False, next_n, num_sms)
+                    for b in (8192, 8193, 56067, 56068, 270336, 270337))]
+            assert got == [("static", 8192), ("chunked", 2048), ("chunked", 2048),
+                           ("chunked", 2048), ("chunked", 2048), ("chunked", 8192)], \
+                (next_n, num_sms)
 
 
 # --- boundaries for hand-built limits ----------------------------------------------------
 
-# (limits, extra overrides, dense (largest static, largest dynamic), varlen (same))
+# (limits, extra overrides, dense (largest static, largest forced dynamic), varlen (same),
+#  chunked plans [(batch, chunk, threads, dense bytes, varlen bytes, grid)], the first at
+#  the largest static batch + 1)
 # largest dynamic b: the largest with tile_words(b) = b + b // 32 + 1 <= W words
+# grid = ceil(slabs / per), per = ceil(slabs / min(slabs, sm_count, threads, 1024))
 HAND_LIMITS = [
     pytest.param(
         DeviceLimits("sm_80", 108, smem_optin_bytes=166912, smem_reserved_bytes=0), {},
@@ -357,12 +561,24 @@ HAND_LIMITS = [
         #        40428 + 1263 + 1 = 41692, 40429 -> 41693
         # varlen: static part 544;          W = (166912 - 544) / 4 = 41592;
         #        40331 + 1260 + 1 = 41592, 40332 -> 41593
-        (8192, 40428), (8192, 40331), id="a100"),
+        (8192, 40428), (8192, 40331),
+        # chunk 2048 (512 threads): 2113 * 4 + 72 (288) = 8524 (8740) B up to
+        # 108 * 2048 = 221184 (= 27 * 8192); then 8192 (1024 threads): 33932 (34340) B;
+        # 2**24: 2048 slabs, per = ceil(2048 / 108) = 19 (1944 < 2048 <= 2052),
+        # grid = ceil(2048 / 19) = 108 (19 * 107 = 2033 < 2048)
+        [(8193, 2048, 512, 8524, 8740, 5), (221184, 2048, 512, 8524, 8740, 108),
+         (221185, 8192, 1024, 33932, 34340, 28), (2**24, 8192, 1024, 33932, 34340, 108)],
+        id="a100"),
     pytest.param(
         DeviceLimits("sm_89", 128, smem_optin_bytes=101376, smem_reserved_bytes=0), {},
         # dense: W = (101376 - 144) / 4 = 25308; 24541 + 766 + 1 = 25308, 24542 -> 25309
         # varlen: W = (101376 - 544) / 4 = 25208; 24444 + 763 + 1 = 25208, 24445 -> 25209
-        (8192, 24541), (8192, 24444), id="l40s"),
+        (8192, 24541), (8192, 24444),
+        # chunk 2048 up to 128 * 2048 = 262144 = 32 * 8192; 262145 -> 33 slabs of 8192;
+        # 2**24: 2048 slabs, per 16, grid 128
+        [(8193, 2048, 512, 8524, 8740, 5), (262144, 2048, 512, 8524, 8740, 128),
+         (262145, 8192, 1024, 33932, 34340, 33), (2**24, 8192, 1024, 33932, 34340, 128)],
+        id="l40s"),
     pytest.param(
         DeviceLimits("sm_90", 16, smem_static_bytes=16 * KIB, smem_optin_bytes=64 * KIB),
         {"JITMETA_CHUNK": 2048},
@@ -370,8 +586,14 @@ HAND_LIMITS = [
         # <= 16384; bucket 4096 (1024 threads) = 4225 * 4 + 136 + 1024 = 18060 B > 16384
         # dense: W = (65536 - 1168) / 4 = 16092; 15604 + 487 + 1 = 16092, 15605 -> 16093
         # varlen: W = (65536 - 1568) / 4 = 15992; 15507 + 484 + 1 = 15992, 15508 -> 15993
-        # chunk 2048 (1024 threads): 2113 * 4 + 136 (544) + 1024 = 9612 (10020) B <= 16384
-        (2048, 15604), (2048, 15507), id="small-smem"),
+        (2048, 15604), (2048, 15507),
+        # JITMETA_CHUNK=2048 as given, at the default 1024 threads (no small-chunk switch):
+        # 2113 * 4 + 136 (544) + 1024 = 9612 (10020) B <= 16384; 2049 -> 2 slabs;
+        # 16 * 2048 = 32768 -> 16 blocks; 32769 -> 17 slabs, per 2, grid ceil(17 / 2) = 9;
+        # 2**24: 8192 slabs, per 512, grid 16
+        [(2049, 2048, 1024, 9612, 10020, 2), (32768, 2048, 1024, 9612, 10020, 16),
+         (32769, 2048, 1024, 9612, 10020, 9), (2**24, 2048, 1024, 9612, 10020, 16)],
+        id="small-smem"),
     pytest.param(
         DeviceLimits("sm_90", 132), {"JITMETA_THREADS": 256},
         # 256 threads everywhere: scratch 40 B (dense) / 160 B (varlen);
@@ -380,27 +602,50 @@ HAND_LIMITS = [
         #        56091 + 1752 + 1 = 57844, 56092 -> 57845
         # varlen: ceil16(1184) = 1184; W = (232448 - 1184) / 4 = 57816;
         #        56063 + 1751 + 1 = 57815 (4 B to spare), 56064 + 1752 + 1 = 57817 > W
-        (8192, 56091), (8192, 56063), id="256-threads"),
+        (8192, 56091), (8192, 56063),
+        # chunk 2048 keeps the forced 256 threads: 2113 * 4 + 40 (160) + 1024 = 9516
+        # (9636) B up to 270336; then 8192: 34860 (34980) B, 34 slabs; 2**24: grid 128
+        [(8193, 2048, 256, 9516, 9636, 5), (270336, 2048, 256, 9516, 9636, 132),
+         (270337, 8192, 256, 34860, 34980, 34), (2**24, 8192, 256, 34860, 34980, 128)],
+        id="256-threads"),
+    pytest.param(
+        DeviceLimits("sm_90", 600), {"JITMETA_THREADS": 256},
+        # as 256-threads (the SM count moves no smem figure), but the block size caps
+        # the grid before the SMs do: at most 256 blocks.
+        (8192, 56091), (8192, 56063),
+        # chunk 2048 up to 600 * 2048 = 1228800: 600 slabs, per = ceil(600 / 256) = 3,
+        # grid 200; 1228801: 1228800 = 150 * 8192 -> 151 slabs of 8192, 151 blocks;
+        # 2**24: 2048 slabs, per 8, grid 256
+        [(8193, 2048, 256, 9516, 9636, 5), (1228800, 2048, 256, 9516, 9636, 200),
+         (1228801, 8192, 256, 34860, 34980, 151), (2**24, 8192, 256, 34860, 34980, 256)],
+        id="600-sms-256-threads"),
     pytest.param(
         DeviceLimits("sm_90", 132, max_threads_per_block=512), {},
-        # block limit 512: dynamic/chunked get 512 threads, static buckets
-        # 256 / 512 / 512 / 512; bucket 8192 = 8449 * 4 + 72 (288) + 1024 = 34892 (35108) B
+        # block limit 512: dynamic gets 512 threads, static buckets 256 / 512 / 512 / 512;
+        # bucket 8192 = 8449 * 4 + 72 (288) + 1024 = 34892 (35108) B
         # dense: ceil16(72 + 1024) = 1104; W = (232448 - 1104) / 4 = 57836;
         #        56083 + 1752 + 1 = 57836, 56084 -> 57837
         # varlen: ceil16(288 + 1024) = 1312; W = (232448 - 1312) / 4 = 57784;
         #        56032 + 1751 + 1 = 57784, 56033 -> 57785
-        (8192, 56083), (8192, 56032), id="512-thread-device"),
+        (8192, 56083), (8192, 56032),
+        # chunk 2048 at static_threads(2048, 512) = 512: 9548 (9764) B; chunk 8192 at
+        # 512 threads: 34892 (35108) B
+        [(8193, 2048, 512, 9548, 9764, 5), (270336, 2048, 512, 9548, 9764, 132),
+         (270337, 8192, 512, 34892, 35108, 34), (2**24, 8192, 512, 34892, 35108, 128)],
+        id="512-thread-device"),
 ]
 
 
-@pytest.mark.parametrize("limits,knobs,dense,varlen_bounds", HAND_LIMITS)
+@pytest.mark.parametrize("limits,knobs,dense,varlen_bounds,chunked", HAND_LIMITS)
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-def test_hand_built_limits_boundaries(limits, knobs, dense, varlen_bounds, varlen):
+def test_hand_built_limits_boundaries(limits, knobs, dense, varlen_bounds, chunked, varlen):
     static_max, dynamic_max = varlen_bounds if varlen else dense
     forced = "JITMETA_THREADS" in knobs
+    threads = knobs.get("JITMETA_THREADS", min(DEFAULT_THREADS,
+                                               limits.max_threads_per_block))
+    rsv = limits.smem_reserved_bytes
+    assert chunked[0][0] == static_max + 1
     with envs.override(**knobs):
-        threads = knobs.get("JITMETA_THREADS", min(DEFAULT_THREADS,
-                                                   limits.max_threads_per_block))
         assert largest_static_batch(limits, threads, varlen, forced) == static_max
         assert largest_dynamic_batch(limits, threads, varlen) == dynamic_max
         top = _plan(static_max, limits, varlen)
@@ -413,18 +658,30 @@ def test_hand_built_limits_boundaries(limits, knobs, dense, varlen_bounds, varle
                 p = _plan(batch, limits, varlen)
                 assert (p.variant, p.code.capacity) == ("static", cap)
                 assert p.threads == bucket_threads(cap, threads, forced)
-        assert _plan(static_max + 1, limits, varlen).variant == "dynamic"
-        assert _plan(static_max + 1, limits, varlen).threads == threads
+        # past the static buckets: chunked, never dynamic (on either side of its limit)
+        for batch, chunk, t, dense_b, varlen_b, grid in chunked:
+            p = _plan(batch, limits, varlen)
+            assert (p.variant, p.code.capacity, p.threads, p.grid) \
+                == ("chunked", chunk, t, grid), batch
+            assert p.smem_static_bytes == (varlen_b if varlen else dense_b), batch
+            assert p.smem_static_bytes == smem_chunked(chunk, t, varlen, rsv), batch
+            assert p.smem_static_bytes <= limits.smem_static_bytes, batch
+            assert p.smem_dynamic_bytes == 0, batch
+            assert p.grid == expected_grid(batch, chunk, limits.sm_count, t), batch
+        for batch in (dynamic_max, dynamic_max + 1):
+            assert _plan(batch, limits, varlen).variant == "chunked", batch
+    # forced, dynamic serves up to its opt-in limit as before
+    with envs.override(**knobs, JITMETA_VARIANT="dynamic"):
+        first = _plan(static_max + 1, limits, varlen)
+        assert (first.variant, first.threads, first.grid) == ("dynamic", threads, 1)
         last = _plan(dynamic_max, limits, varlen)
         assert last.variant == "dynamic"
         assert last.smem_bytes <= limits.smem_optin_bytes
         # one more element no longer fits (it may need two words: the spare one)
-        assert sum(smem_dynamic(dynamic_max + 1, threads, varlen,
-                                limits.smem_reserved_bytes)) > limits.smem_optin_bytes
-        first = _plan(dynamic_max + 1, limits, varlen)
-        assert first.variant == "chunked"
-        assert first.smem_static_bytes <= limits.smem_static_bytes
-        assert first.threads == threads
+        assert sum(smem_dynamic(dynamic_max + 1, threads, varlen, rsv)) \
+            > limits.smem_optin_bytes
+        with pytest.raises(PlanError, match="JITMETA_VARIANT"):
+            _plan(dynamic_max + 1, limits, varlen)
 
 
 def test_planner_respects_max_threads_per_block():
@@ -438,8 +695,11 @@ def test_planner_respects_max_threads_per_block():
     assert p.threads <= 256
     assert p.threads == static_threads(1024, 256) == 256
     assert p.smem_static_bytes <= lim.smem_static_bytes
-    for batch in (1, 2048, 4096, 8192, 8193, 10**6):  # every bucket, dynamic, chunked
+    for batch in (1, 2048, 4096, 8192, 8193, 10**6):  # every bucket, both chunks
         assert _plan(batch, lim).threads == 256, batch
+    assert (_plan(8193, lim).code.capacity, _plan(10**6, lim).code.capacity) == (2048, 8192)
+    with envs.override(JITMETA_VARIANT="dynamic"):
+        assert _plan(8193, lim).threads == 256
     # a limit that is not a multiple of 32 rounds down to whole warps: 100 -> 96
     odd = DeviceLimits("sm_90", 132, max_threads_per_block=100)
     for batch in (1, 8192, 8193, 10**6):
@@ -462,6 +722,7 @@ def _random_limits(rng: random.Random) -> DeviceLimits:
 def test_plan_never_exceeds_limits_property():
     rng = random.Random(SEED)
     outcomes = {"static": 0, "dynamic": 0, "chunked": 0, "error": 0}
+    small_chunk = forced_variant = 0  # plans on the 2048 chunk; plans with a forced variant
     for case in range(3000):
         limits = _random_limits(rng)
         knobs = {}
@@ -472,7 +733,9 @@ def test_plan_never_exceeds_limits_property():
                 [t for t in (32, 64, 128, 256, 512, 1024)
                  if t <= limits.max_threads_per_block])
         if rng.random() < 0.3:
-            knobs["JITMETA_CHUNK"] = rng.choice([32, 256, 1024, 4096, 8192, 12000])
+            knobs["JITMETA_CHUNK"] = rng.choice([32, 256, 1024, 2048, 4096, 8192, 12000])
+        if rng.random() < 0.25:
+            knobs["JITMETA_VARIANT"] = rng.choice(["static", "dynamic", "chunked"])
         batch = min(2**24, int(2 ** rng.uniform(0, 24.5)))
         varlen = rng.random() < 0.5
         next_n = 1 if varlen else rng.randrange(1, 7)
@@ -483,13 +746,9 @@ def test_plan_never_exceeds_limits_property():
         eff = limits.with_budget(budget)
         forced = "JITMETA_THREADS" in knobs
         threads = knobs.get("JITMETA_THREADS", min(DEFAULT_THREADS,
-                                                   limits.max_threads_per_block))
-        chunk = knobs.get("JITMETA_CHUNK", DEFAULT_CHUNK)
-        if "JITMETA_CHUNK" not in knobs:  # the default tile halves until it fits
-            while chunk > 32 and smem_chunked(chunk, threads, varlen,
-                                              eff.smem_reserved_bytes) > eff.smem_static_bytes:
-                chunk //= 2
-        want = expected_variant(batch, eff, threads, chunk, varlen, forced)
+                                                   limits.max_threads_per_block // 32 * 32))
+        want = expected_plan(batch, eff, threads, varlen, forced,
+                             knobs.get("JITMETA_CHUNK"), knobs.get("JITMETA_VARIANT"))
         with envs.override(**knobs):
             try:
                 p = plan(batch, next_n, varlen, num_sms, 256,
@@ -499,12 +758,19 @@ def test_plan_never_exceeds_limits_property():
                 assert want is None, f"{note}: PlanError {exc} but {want} fits"
                 continue
         outcomes[p.variant] += 1
-        assert p.variant == want, note
-        assert p.threads <= limits.max_threads_per_block and p.threads % 32 == 0, note
-        if p.variant == "static":
-            assert p.threads == bucket_threads(p.code.capacity, threads, forced), note
+        got = (p.variant, p.code.capacity, p.threads, p.smem_static_bytes,
+               p.smem_dynamic_bytes, p.grid)
+        assert got == want, note
+        if "JITMETA_VARIANT" in knobs:
+            forced_variant += 1
+            assert p.variant == knobs["JITMETA_VARIANT"], note
+            assert "JITMETA_VARIANT" in p.reason, note
         else:
+            assert p.variant != "dynamic", f"{note}: dynamic without JITMETA_VARIANT"
+        assert p.threads <= limits.max_threads_per_block and p.threads % 32 == 0, note
+        if forced:
             assert p.threads == threads, note
+        assert p.code.threads == p.threads, note
         assert p.smem_static_bytes <= eff.smem_static_bytes, note
         assert p.smem_bytes <= eff.smem_optin_bytes, note
         if budget is not None:
@@ -517,16 +783,27 @@ def test_plan_never_exceeds_limits_property():
             assert p.grid == 1 and p.smem_dynamic_bytes == 0, note
             assert p.smem_static_bytes == smem_static(cap, p.threads, varlen, rsv), note
         elif p.variant == "dynamic":
-            assert p.grid == 1 and p.code.capacity == 0, note
+            assert p.grid == 1 and p.code.capacity == 0 and p.threads == threads, note
             assert (p.smem_static_bytes, p.smem_dynamic_bytes) \
                 == smem_dynamic(batch, threads, varlen, rsv), note
         else:
-            assert p.code.capacity == chunk, note
-            assert p.grid == -(-batch // chunk) and p.grid * chunk >= batch, note
-            assert p.smem_static_bytes == smem_chunked(chunk, threads, varlen, rsv), note
+            chunk = p.code.capacity
+            if "JITMETA_CHUNK" in knobs:
+                assert chunk == knobs["JITMETA_CHUNK"] and p.threads == threads, note
+            elif chunk == 2048 and p.threads == bucket_threads(2048, threads, forced):
+                small_chunk += 1
+            slabs = -(-batch // chunk)
+            # at most one block per SM, per thread of a block and 1024; none idle
+            assert 1 <= p.grid <= min(slabs, limits.sm_count, p.threads, 1024), note
+            per = -(-slabs // p.grid)
+            assert (p.grid - 1) * per < slabs <= p.grid * per, note
+            assert f"over {slabs} slab(s) of {chunk} elements" in p.reason, note
+            assert p.smem_static_bytes == smem_chunked(chunk, p.threads, varlen, rsv), note
             assert p.smem_dynamic_bytes == 0, note
-    print(f"{SEED_NOTE}: outcomes {outcomes}")
+    print(f"{SEED_NOTE}: outcomes {outcomes}, small chunk {small_chunk}, "
+          f"forced {forced_variant}")
     assert min(outcomes.values()) > 0, f"{SEED_NOTE}: sweep missed an outcome {outcomes}"
+    assert small_chunk > 0 and forced_variant > 0, SEED_NOTE
 
 
 # --- env overrides -----------------------------------------------------------------------
@@ -545,10 +822,21 @@ def test_forced_variants(sm90):
         assert (p.variant, p.smem_static_bytes, p.smem_dynamic_bytes) == ("dynamic", 1168, 8)
         assert p.threads == 1024
         assert _plan(56067, sm90).variant == "dynamic"
+        assert _plan(1, sm90, varlen=True).smem_bytes == 1568 + 8  # 544 + 1024 = 1568
+    # unforced, the same batches never take dynamic
+    assert (_plan(1, sm90).variant, _plan(56067, sm90).variant) == ("static", "chunked")
     with envs.override(JITMETA_VARIANT="chunked"):
+        # 1 <= 132 * 2048: the small chunk, 512 threads, one slab: 2113 * 4 + 72 + 1024
         p = _plan(1, sm90)
-        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 1, 8192, 1024)
-        assert _plan(2**24, sm90, varlen=True).grid == 2048
+        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 1, 2048, 512)
+        assert p.smem_static_bytes == 9548
+        assert "JITMETA_VARIANT" in p.reason
+        p = _plan(8192, sm90)    # a static batch: 4 slabs of 2048, 4 blocks
+        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 4, 2048, 512)
+        # 2048 slabs of 8192 on 132 SMs: per 16, grid 128
+        p = _plan(2**24, sm90, varlen=True)
+        assert (p.grid, p.code.capacity, p.threads, p.smem_static_bytes) \
+            == (128, 8192, 1024, 35364)
 
 
 # dense's first batch past the dynamic limit is 56068 (varlen's, 55971, is below it)
@@ -588,9 +876,22 @@ def test_threads_override(sm90):
     p = _plan(5000, sm90)
     assert (p.threads, p.smem_static_bytes) == (1024, 34956)
     with envs.override(JITMETA_THREADS=512):
-        assert _plan(100000, sm90).threads == 512
-        assert _plan(10000, sm90).threads == 512   # dynamic
+        assert _plan(100000, sm90).threads == 512  # chunk 2048 (its default is 512 too)
+        assert _plan(10000, sm90).threads == 512   # chunk 2048
         assert _plan(100, sm90).threads == 512     # static bucket 1024 (default 256)
+        # chunk 8192 at 512 threads (default 1024): 8449 * 4 + 72 + 1024 = 34892 B;
+        # 122 * 8192 = 999424 < 10**6: 123 slabs, 123 blocks
+        p = _plan(10**6, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 8192, 512, 34892, 123)
+    with envs.override(JITMETA_THREADS=1024):
+        # the small chunk keeps the forced 1024 threads (default 512): 2113 * 4 + 136 +
+        # 1024 = 9612 B; ceil(10000 / 2048) = 5 slabs
+        p = _plan(10000, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 2048, 1024, 9612, 5)
+    p = _plan(10000, sm90)
+    assert (p.code.capacity, p.threads, p.smem_static_bytes) == (2048, 512, 9548)
 
 
 @pytest.mark.parametrize("threads", [48, 2048, 1056])
@@ -603,85 +904,136 @@ def test_bad_threads_override_raises(sm90, threads):
 def test_chunk_override(sm90):
     with envs.override(JITMETA_CHUNK="1024"):
         p = _plan(100000, sm90, varlen=True)
-        # grid: 97 * 1024 = 99328 < 100000 <= 98 * 1024 = 100352
-        assert (p.variant, p.code.capacity, p.grid) == ("chunked", 1024, 98)
+        # 97 * 1024 = 99328 < 100000 <= 98 * 1024 = 100352: 98 slabs, 98 <= 132 blocks
+        assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 1024, 1024, 98)
         assert p.smem_static_bytes == 1057 * 4 + 544 + 1024 == 5796
-        # the chunk does not move the static/dynamic decisions (nor their threads)
+        # the chunk does not move the static decisions (nor their threads)
         assert (_plan(8192, sm90).variant, _plan(8192, sm90).threads) == ("static", 1024)
         assert (_plan(100, sm90).variant, _plan(100, sm90).threads) == ("static", 256)
-        assert _plan(56067, sm90).variant == "dynamic"
+        # 54 * 1024 = 55296 < 56067 <= 55 * 1024: 55 slabs
+        p = _plan(56067, sm90)
+        assert (p.variant, p.code.capacity, p.grid) == ("chunked", 1024, 55)
+    # a set chunk is used as given: no switch to 2048 (nor to its 512 threads) below
+    # 132 * 2048; 10000 -> 2 slabs of 8192
+    with envs.override(JITMETA_CHUNK=8192):
+        p = _plan(10000, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
+            == ("chunked", 8192, 1024, 2, 34956)
+    assert (_plan(10000, sm90).code.capacity, _plan(10000, sm90).threads) == (2048, 512)
+    # 4096: 2**24 -> 4096 slabs, per = ceil(4096 / 132) = 32 (132 * 31 = 4092 < 4096),
+    # grid 4096 / 32 = 128; 4225 * 4 + 136 + 1024 = 18060 B
+    with envs.override(JITMETA_CHUNK=4096):
+        p = _plan(2**24, sm90)
+        assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
+            == (4096, 1024, 128, 18060)
 
 
 def test_oversized_chunk_without_fallback_raises(sm90):
-    # chunk 16384 needs 68748 B of static smem (> 49152)
+    # chunk 16384 needs 16897 * 4 + 136 + 1024 = 68748 B of static smem (> 49152); past
+    # the static buckets nothing else is tried (dynamic only when forced)
     with envs.override(JITMETA_CHUNK=16384):
-        assert _plan(56067, sm90).variant == "dynamic"
+        assert _plan(8192, sm90).variant == "static"
+        with pytest.raises(PlanError, match="JITMETA_CHUNK=16384") as info:
+            _plan(8193, sm90)
+        assert "68748" in str(info.value)
         with pytest.raises(PlanError, match="JITMETA_CHUNK=16384"):
             _plan(56068, sm90)
+    with envs.override(JITMETA_CHUNK=16384, JITMETA_VARIANT="dynamic"):
+        assert _plan(56067, sm90).variant == "dynamic"
 
 
 def test_smem_budget_override(sm90):
-    # budget 40000 B: static bucket 8192 (34956 / 35364 B) still fits;
-    # dense dynamic:  1168 + 4 tile_words(b) <= 40000 -> tile_words(b) <= 9708:
+    # budget 40000 B: static bucket 8192 (34956 / 35364 B) still fits, and so does the
+    # default chunk (34956 / 35364 B): it stays 8192, and 2048 below 132 * 2048;
+    # forced dense dynamic:  1168 + 4 tile_words(b) <= 40000 -> tile_words(b) <= 9708:
     #                 9413 + 294 + 1 = 9708, 9414 -> 9709
-    # varlen dynamic: 1568 + 4 tile_words(b) <= 40000 -> tile_words(b) <= 9608:
+    # forced varlen dynamic: 1568 + 4 tile_words(b) <= 40000 -> tile_words(b) <= 9608:
     #                 9316 + 291 + 1 = 9608, 9317 -> 9609
-    # the default chunk (34956 / 35364 B) still fits: it stays 8192
     with envs.override(JITMETA_SMEM_BUDGET="40000"):
         eff = sm90.with_budget(40000)
         assert largest_dynamic_batch(eff, 1024, False) == 9413
         assert largest_dynamic_batch(eff, 1024, True) == 9316
         assert _plan(8192, sm90).variant == "static"
         assert _plan(8192, sm90, varlen=True).variant == "static"
-        assert _plan(9413, sm90).variant == "dynamic"
-        assert _plan(9413, sm90).smem_bytes == 1168 + 9708 * 4 == 40000
-        p = _plan(9414, sm90)
-        assert (p.variant, p.code.capacity, p.grid) == ("chunked", 8192, 2)
-        assert _plan(9316, sm90, varlen=True).variant == "dynamic"
-        assert _plan(9316, sm90, varlen=True).smem_bytes == 1568 + 9608 * 4 == 40000
+        # 8193 and 9414: 5 slabs of 2048 (4 * 2048 = 8192 < b <= 10240), 9548 B
+        for b in (8193, 9413, 9414):
+            p = _plan(b, sm90)
+            assert (p.variant, p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
+                == ("chunked", 2048, 512, 5, 9548), b
         assert _plan(9317, sm90, varlen=True).variant == "chunked"
+        # 270337: 34 slabs of 8192 at 34956 B <= 40000
+        p = _plan(270337, sm90)
+        assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
+            == (8192, 1024, 34, 34956)
         assert "budget 40000" in _plan(9414, sm90).reason
+        with envs.override(JITMETA_VARIANT="dynamic"):
+            assert _plan(9413, sm90).smem_bytes == 1168 + 9708 * 4 == 40000
+            assert _plan(9316, sm90, varlen=True).smem_bytes == 1568 + 9608 * 4 == 40000
+            with pytest.raises(PlanError, match="budget 40000"):
+                _plan(9414, sm90)
+            with pytest.raises(PlanError, match="JITMETA_VARIANT"):
+                _plan(9317, sm90, varlen=True)
     # budget 20000 B: bucket 4096 (4225 * 4 + 136 + 1024 = 18060 B) is the last static
-    # (8192: 34956 B); dense dynamic: tile_words(b) <= (20000 - 1168) / 4 = 4708:
-    # 4565 + 142 + 1 = 4708, 4566 -> 4709; the default chunk (34956 B) no longer fits,
-    # a 2048 one does: 2113 * 4 + 136 + 1024 = 9612 B
+    # (8192: 34956 B); JITMETA_CHUNK=2048 as given, at 1024 threads: 2113 * 4 + 136 +
+    # 1024 = 9612 B; forced dense dynamic: tile_words(b) <= (20000 - 1168) / 4 = 4708:
+    # 4565 + 142 + 1 = 4708, 4566 -> 4709
     with envs.override(JITMETA_SMEM_BUDGET=20000, JITMETA_CHUNK=2048):
         p = _plan(4096, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes) \
             == ("static", 4096, 1024, 18060)
-        assert _plan(4097, sm90).variant == "dynamic"
-        assert _plan(4565, sm90).variant == "dynamic"
-        p = _plan(4566, sm90)
-        assert (p.variant, p.code.capacity, p.smem_static_bytes) == ("chunked", 2048, 9612)
+        for b in (4097, 4565, 4566):  # ceil(b / 2048) = 3
+            p = _plan(b, sm90)
+            assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+                == ("chunked", 2048, 1024, 9612, 3), b
         assert p.smem_static_bytes == smem_chunked(2048, 1024, False, 1024)
+        with envs.override(JITMETA_VARIANT="dynamic"):
+            assert _plan(4097, sm90).variant == "dynamic"
+            assert _plan(4565, sm90).variant == "dynamic"
+            with pytest.raises(PlanError, match="JITMETA_VARIANT"):
+                _plan(4566, sm90)
     # without JITMETA_CHUNK the default tile halves until it fits: 8192 (34956 B) ->
-    # 4096 (4225 * 4 + 136 + 1024 = 18060 B <= 20000)
+    # 4096 (4225 * 4 + 136 + 1024 = 18060 B <= 20000); below 132 * 2048 it becomes 2048
+    # at 512 threads (9548 B), above it stays 4096: 270336 = 66 * 4096 -> 67 slabs
     with envs.override(JITMETA_SMEM_BUDGET=20000):
         p = _plan(4566, sm90)
-        assert (p.variant, p.code.capacity, p.smem_static_bytes) == ("chunked", 4096, 18060)
-        assert p.grid == 2
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 2048, 512, 9548, 3)
+        p = _plan(270337, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 4096, 1024, 18060, 67)
     # budget 6000 B: the default chunk halves 8192 (34956 B) -> 4096 (18060 B) ->
-    # 2048 (9612 B) -> 1024 (1057 * 4 + 136 + 1024 = 5388 B <= 6000); static bucket 1024
-    # (256 threads: 5292 B) fits, bucket 2048 (9548 B) does not; dense dynamic:
+    # 2048 (9612 B) -> 1024 (1057 * 4 + 136 + 1024 = 5388 B <= 6000), no larger than
+    # 2048, so it stays (at 1024 threads) for every batch; static bucket 1024
+    # (256 threads: 5292 B) fits, bucket 2048 (9548 B) does not; forced dense dynamic:
     # tile_words(b) <= (6000 - 1168) / 4 = 1208: 1171 + 36 + 1 = 1208, 1172 -> 1209
     with envs.override(JITMETA_SMEM_BUDGET=6000):
         p = _plan(1024, sm90)
         assert (p.variant, p.threads, p.smem_static_bytes) == ("static", 256, 5292)
-        assert _plan(1025, sm90).variant == "dynamic"
-        assert _plan(1171, sm90).variant == "dynamic"
-        p = _plan(1172, sm90)
-        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
-            == ("chunked", 1024, 1024, 5388, 2)
-        assert _plan(10**6, sm90).grid == 977  # 976 * 1024 = 999424 < 10**6
+        for b in (1025, 1171, 1172):  # 2 slabs of 1024
+            p = _plan(b, sm90)
+            assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+                == ("chunked", 1024, 1024, 5388, 2), b
+        # 10**6: 977 slabs (976 * 1024 = 999424); per = ceil(977 / 132) = 8, grid
+        # ceil(977 / 8) = 123 (8 * 122 = 976 < 977)
+        assert _plan(10**6, sm90).grid == 123
+        with envs.override(JITMETA_VARIANT="dynamic"):
+            assert _plan(1025, sm90).smem_bytes == 1168 + (1025 + 32 + 1) * 4 == 5400
+            assert _plan(1171, sm90).smem_bytes == 1168 + 1208 * 4 == 6000
+            with pytest.raises(PlanError, match="JITMETA_VARIANT"):
+                _plan(1172, sm90)
     # budget 5300 B: static bucket 1024 (5292 B, 256 threads) still fits, but the chunk of
     # 1024 at 1024 threads (5388 B) does not: it halves once more, to 512:
-    # (512 + 16 + 1) * 4 + 136 + 1024 = 3276 B; dynamic: tile_words(b) <= (5300 - 1168)
-    # / 4 = 1033 -> b <= 1001 (1001 + 31 + 1), below the 1024 bucket: never chosen
+    # (512 + 16 + 1) * 4 + 136 + 1024 = 3276 B; 1025 -> 3 slabs of 512; forced dynamic:
+    # tile_words(b) <= (5300 - 1168) / 4 = 1033 -> b <= 1001 (1001 + 31 + 1)
     with envs.override(JITMETA_SMEM_BUDGET=5300):
         assert _plan(1024, sm90).variant == "static"
         p = _plan(1025, sm90)
-        assert (p.variant, p.code.capacity, p.smem_static_bytes, p.grid) \
-            == ("chunked", 512, 3276, 3)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 512, 1024, 3276, 3)
+        with envs.override(JITMETA_VARIANT="dynamic"):
+            assert _plan(1001, sm90).smem_bytes == 1168 + 1033 * 4 == 5300
+            with pytest.raises(PlanError, match="JITMETA_VARIANT"):
+                _plan(1002, sm90)
     with envs.override(JITMETA_SMEM_BUDGET=100):
         with pytest.raises(PlanError):
             _plan(1, sm90)
@@ -721,11 +1073,23 @@ def test_bad_plan_arguments(sm90):
 
 def test_public_plan_wrapper():
     p = jitmeta.plan(8193, arch="sm_90", num_sms=78)
-    assert (p.variant, p.num_sms, p.code.arch) == ("dynamic", 78, "sm_90")
+    # 78 SMs: 8193 <= 78 * 2048 = 159744 -> chunk 2048 at 512 threads, 5 slabs
+    assert (p.variant, p.num_sms, p.code.arch, p.code.capacity, p.grid) \
+        == ("chunked", 78, "sm_90", 2048, 5)
     d = p.to_dict()
+    # 2113 * 4 + 72 + 1024 = 9548
+    assert d["variant"] == "chunked" and d["smem_bytes"] == 9548
+    assert (d["threads"], d["capacity"], d["grid"], d["smem_dynamic_bytes"]) \
+        == (512, 2048, 5, 0)
+    with envs.override(JITMETA_VARIANT="dynamic"):
+        dyn = jitmeta.plan(8193, arch="sm_90", num_sms=78).to_dict()
     # 1168 + 4 tile_words(8193) = 1168 + 8450 * 4 = 34968
-    assert d["variant"] == "dynamic" and d["smem_bytes"] == 1168 + 8450 * 4 == 34968
-    assert d["threads"] == 1024
+    assert dyn["variant"] == "dynamic" and dyn["smem_bytes"] == 1168 + 8450 * 4 == 34968
+    assert dyn["threads"] == 1024
+    # num_sms sets the limits' SM count: 2**24 on 78 SMs -> grid 76 (per 27); on the
+    # table's 132 -> 128 (per 16)
+    assert jitmeta.plan(2**24, arch="sm_90", num_sms=78).grid == 76
+    assert jitmeta.plan(2**24, arch="sm_90").grid == 128
     small = jitmeta.plan(100, arch="sm_90").to_dict()
     assert (small["variant"], small["capacity"], small["threads"], small["smem_bytes"]) \
         == ("static", 1024, 256, 5292)
@@ -748,11 +1112,12 @@ def _coarse_sweep(rng: random.Random, hi: int) -> list[int]:
 @pytest.mark.parametrize("num_sms", [1, 132, 4096])
 def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     codes = codes_for_batches([(1, 2**24)], next_n, varlen, num_sms, 256, schedule, sm90)
-    # static buckets 1024 (256 threads), 2048 (512), 4096, 8192 (1024); one dynamic; one
-    # chunked (1024 threads each)
+    # static buckets 1024 (256 threads), 2048 (512), 4096, 8192 (1024); chunk 2048
+    # (512 threads) for 8193..132 * 2048 = 270336, chunk 8192 (1024) past it; no dynamic:
+    # 4 + 2 = 6 (num_sms is the output's SM count; the limits' 132 SMs set the chunks)
     assert len(codes) == 6 and len(codes) < 10
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 8192, 1024), ("dynamic", 0, 1024), ("static", 1024, 256),
+        ("chunked", 2048, 512), ("chunked", 8192, 1024), ("static", 1024, 256),
         ("static", 2048, 512), ("static", 4096, 1024), ("static", 8192, 1024)]
     for code, example in codes.items():
         assert example.code == code
@@ -763,11 +1128,33 @@ def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     assert brute == set(codes), SEED_NOTE
 
 
+@pytest.mark.parametrize("sm_count,chunks", [
+    (4, [8192]),          # 4 * 2048 = 8192: every batch past the buckets is over it
+    (4097, [2048, 8192]),  # 4097 * 2048 = 8390656 < 2**24
+    (8192, [2048]),       # 8192 * 2048 = 2**24: the small chunk serves every batch
+], ids=["4-sms", "4097-sms", "8192-sms"])
+def test_codes_follow_the_small_chunk_boundary(sm_count, chunks):
+    lim = limits_for_arch("sm_90", sm_count)
+    codes = codes_for_batches([(1, 2**24)], 1, False, 132, 256, "smxx", lim)
+    # the 4 static buckets and one chunked cubin per chunk: 5, 6, 5
+    assert sorted((c.variant, c.capacity, c.threads) for c in codes) == sorted(
+        [("chunked", c, 512 if c == 2048 else 1024) for c in chunks]
+        + [("static", 1024, 256), ("static", 2048, 512), ("static", 4096, 1024),
+           ("static", 8192, 1024)])
+    assert len(codes) == 4 + len(chunks)
+    edge = sm_count * 2048
+    brute = {_plan(b, lim).code for b in range(1, 8194)}
+    brute |= {_plan(b, lim).code for b in (edge, edge + 1, 2**24) if 1 <= b <= 2**24}
+    assert brute == set(codes)
+
+
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_codes_match_exhaustive_sweep(sm90, varlen):
-    """Every batch 1..60000 (which crosses every boundary: the last dynamic batch is
-    56067 dense / 55970 varlen) plus a stride to 2**24."""
-    batches = list(range(1, 60001)) + list(range(60001, 2**24 + 1, 4099)) + [2**24]
+    """Every batch 1..60000 (which crosses every static bucket and the forced-dynamic
+    limit, 56067 dense / 55970 varlen) and around the small-chunk limit 132 * 2048 =
+    270336, plus a stride to 2**24."""
+    batches = (list(range(1, 60001)) + list(range(269000, 272001))
+               + list(range(60001, 2**24 + 1, 4099)) + [2**24])
     brute = {_plan(b, sm90, varlen).code for b in batches}
     assert brute == set(codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", sm90))
 
@@ -797,38 +1184,42 @@ def test_codes_match_brute_force_under_overrides(sm90, knobs, varlen):
 def test_codes_match_brute_force_on_a_512_thread_device(varlen):
     lim = DeviceLimits("sm_90", 132, max_threads_per_block=512)
     codes = codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", lim)
-    # static 1024 (256 threads), 2048 / 4096 / 8192 (512); dynamic and chunked (512)
+    # static 1024 (256 threads), 2048 / 4096 / 8192 (512); chunk 2048 (static_threads(2048,
+    # 512) = 512) and chunk 8192 (512); no dynamic
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 8192, 512), ("dynamic", 0, 512), ("static", 1024, 256),
+        ("chunked", 2048, 512), ("chunked", 8192, 512), ("static", 1024, 256),
         ("static", 2048, 512), ("static", 4096, 512), ("static", 8192, 512)]
     rng = random.Random(SEED)
     batches = sorted(set(range(1, 12001)) | set(range(55000, 57001))
-                     | set(_coarse_sweep(rng, 2**24)))
+                     | set(range(269000, 272001)) | set(_coarse_sweep(rng, 2**24)))
     assert {_plan(b, lim, varlen).code for b in batches} == set(codes), SEED_NOTE
 
 
 def test_codes_for_several_ranges(sm90):
     codes = codes_for_batches([(1, 100), (9000, 9000), (3000, 3001)], 1, False, 132, 256,
                               "smxx", sm90)
+    # 1..100: bucket 1024; 9000: chunk 2048 (9000 <= 270336); 3000, 3001: bucket 4096
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("dynamic", 0, 1024), ("static", 1024, 256), ("static", 4096, 1024)]
+        ("chunked", 2048, 512), ("static", 1024, 256), ("static", 4096, 1024)]
     brute = {_plan(b, sm90).code for b in list(range(1, 101)) + [9000, 3000, 3001]}
     assert brute == set(codes)
 
 
 def test_num_sms_and_next_n_do_not_change_the_code():
+    """The plan's num_sms and next_n arguments move nothing (the device's SM count, in
+    the limits, does move the chunked plan: test_chunked_plan_follows_the_device_sm_count)."""
     rng = random.Random(SEED)
     for case in range(300):
         batch = int(2 ** rng.uniform(0, 24))
         varlen = rng.random() < 0.5
         sched = rng.choice(FORMATS)
-        a = limits_for_arch("sm_90", rng.randrange(1, 500))
-        b = limits_for_arch("sm_90", rng.randrange(1, 500))
-        p1 = plan(batch, 1, varlen, rng.randrange(1, 5000), 256, sched, a)
+        lim = limits_for_arch("sm_90", rng.randrange(1, 500))
+        p1 = plan(batch, 1, varlen, rng.randrange(1, 5000), 256, sched, lim)
         p2 = plan(batch, 1 if varlen else rng.randrange(1, 9), varlen,
-                  rng.randrange(1, 5000), 256, sched, b)
-        assert p1.code == p2.code, f"{SEED_NOTE} case {case}: batch {batch}"
-        assert p1.grid == p2.grid and p1.smem_bytes == p2.smem_bytes, SEED_NOTE
+                  rng.randrange(1, 5000), 256, sched, lim)
+        note = f"{SEED_NOTE} case {case}: batch {batch} sm_count {lim.sm_count}"
+        assert p1.code == p2.code, note
+        assert p1.grid == p2.grid and p1.smem_bytes == p2.smem_bytes, note
 
 
 def test_code_depends_on_what_changes_the_source(sm90):

@@ -63,19 +63,26 @@ CASES = [
     # 8449 * 4 + 544 + 1024
     ("sm90-static8192-varlen-smxx", "sm_90", 8192, True, "smxx", 256, {},
      ("static", 8192, 1024), (35364, 0)),
+    # (dynamic serves a batch only when forced)
     # ceil16(136 + 1024) = 1168; tile_words(8193) = 8193 + 256 + 1 = 8450 words
-    ("sm90-dynamic-dense-smxx", "sm_90", 8193, False, "smxx", 256, {},
+    ("sm90-dynamic-dense-smxx", "sm_90", 8193, False, "smxx", 256,
+     {"JITMETA_VARIANT": "dynamic"},
      ("dynamic", 0, 1024), (1168, 33800)),
     # the largest varlen dynamic batch: 544 + 1024 = 1568; 55970 + 1749 + 1 = 57720 words,
     # 1568 + 230880 = 232448 (the opt-in limit exactly)
-    ("sm90-dynamic-varlen-sm90", "sm_90", 55970, True, "sm90", 256, {},
+    ("sm90-dynamic-varlen-sm90", "sm_90", 55970, True, "sm90", 256,
+     {"JITMETA_VARIANT": "dynamic"},
      ("dynamic", 0, 1024), (1568, 230880)),
-    # the first dense chunked batch (56068 + 1752 + 1 = 57821 words > 57820)
-    ("sm90-chunked-dense-sm90", "sm_90", 56068, False, "sm90", 256, {},
-     ("chunked", 8192, 1024), (34956, 0)),
-    # the first varlen chunked batch (55971 + 1749 + 1 = 57721 words > 57720)
+    # the first chunked batch; 8193 <= 132 * 2048: slabs of 2048 at 512 threads,
+    # 2113 * 4 + 72 + 1024
+    ("sm90-chunked-dense-sm90", "sm_90", 8193, False, "sm90", 256, {},
+     ("chunked", 2048, 512), (9548, 0)),
+    # 2113 * 4 + 288 + 1024
     ("sm90-chunked-varlen-smxx", "sm_90", 55971, True, "smxx", 256, {},
-     ("chunked", 8192, 1024), (35364, 0)),
+     ("chunked", 2048, 512), (9764, 0)),
+    # past 132 * 2048 = 270336: slabs of 8192 at 1024 threads, 8449 * 4 + 136 + 1024
+    ("sm90-chunked-dense-smxx-c8192", "sm_90", 270337, False, "smxx", 256, {},
+     ("chunked", 8192, 1024), (34956, 0)),
     # 2113 * 4 + (128 / 32 + 2) * 16 + 1024 = 8452 + 96 + 1024
     ("sm90-chunked-varlen-sm90-t128-c2048", "sm_90", 2**24, True, "sm90", 256,
      {"JITMETA_THREADS": 128, "JITMETA_CHUNK": 2048}, ("chunked", 2048, 128), (9572, 0)),
@@ -86,9 +93,11 @@ CASES = [
     ("sm100-static8192-varlen-smxx", "sm_100", 8000, True, "smxx", 256, {},
      ("static", 8192, 1024), (35364, 0)),
     # tile_words(30000) = 30000 + 937 + 1 = 30938 words = 123752 B
-    ("sm100-dynamic-varlen-smxx", "sm_100", 30000, True, "smxx", 256, {},
+    ("sm100-dynamic-varlen-smxx", "sm_100", 30000, True, "smxx", 256,
+     {"JITMETA_VARIANT": "dynamic"},
      ("dynamic", 0, 1024), (1568, 123752)),
-    ("sm100-dynamic-dense-sm90", "sm_100", 30000, False, "sm90", 256, {},
+    ("sm100-dynamic-dense-sm90", "sm_100", 30000, False, "sm90", 256,
+     {"JITMETA_VARIANT": "dynamic"},
      ("dynamic", 0, 1024), (1168, 123752)),
     ("sm100-chunked-dense-sm90", "sm_100", 10**6, False, "sm90", 256, {},
      ("chunked", 8192, 1024), (34956, 0)),
@@ -99,9 +108,11 @@ CASES = [
      ("static", 4096, 1024), (18468, 0)),
     # ceil16(40 + 1024) = 1072; tile_words(20000) = 20000 + 625 + 1 = 20626 words
     ("sm90a-dynamic-dense-smxx-t256", "sm_90a", 20000, False, "smxx", 256,
-     {"JITMETA_THREADS": 256}, ("dynamic", 0, 256), (1072, 82504)),
+     {"JITMETA_THREADS": 256, "JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 256),
+     (1072, 82504)),
+    # 2113 * 4 + 288 + 1024
     ("sm90a-chunked-varlen-sm90", "sm_90a", 10**5, True, "sm90", 256, {},
-     ("chunked", 8192, 1024), (35364, 0)),
+     ("chunked", 2048, 512), (9764, 0)),
     # 1057 * 4 + 136 + 1024
     ("sm90a-chunked-dense-smxx-c1024", "sm_90a", 10**5, False, "smxx", 512,
      {"JITMETA_CHUNK": 1024}, ("chunked", 1024, 1024), (5388, 0)),
@@ -257,8 +268,7 @@ def test_variant_compiles_to_cubin(case):
     assert struct.unpack_from("<H", cubin, 0x12)[0] == EM_CUDA
     assert _elf_sm(cubin) == int(re.match(r"sm_(\d+)", code.arch).group(1))
     # extern "C" kernels: plain, unmangled symbol names
-    want = {"jitmeta_emit", "jitmeta_summarize"} if code.variant == "chunked" \
-        else {"jitmeta_emit"}
+    want = {"jitmeta_emit"}
     assert set(kernel_names(code)) == want
     texts = {s[len(".text."):] for s in _elf_sections(cubin) if s.startswith(".text.")}
     assert texts == want
@@ -297,9 +307,11 @@ def test_static_variant_at_largest_bucket_fits_48k():
 SWEEP = ([(cap, {}) for cap in (1024, 2048, 4096, 8192)]
          + [(cap, {"JITMETA_THREADS": 32}) for cap in (1024, 8192)]
          + [(2048, {"JITMETA_THREADS": 1024})]  # default there: 512
-         + [(8193, {"JITMETA_THREADS": t}) for t in (32, 96, 1024)]
+         + [(8193, {"JITMETA_THREADS": t, "JITMETA_VARIANT": "dynamic"})
+            for t in (32, 96, 1024)]
          + [(10**5, {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c})
-            for c in (32, 1000, 4095)])
+            for c in (32, 1000, 4095)]
+         + [(10**5, {}), (10**6, {})])  # the default chunked slabs: 2048 and 8192
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -315,8 +327,11 @@ def test_compiled_smem_equals_formula_sweep(arch, varlen):
             p = plan(batch, 1, varlen, 132, 256, "smxx", lim)
         code = p.code
         t = code.threads
-        if not knobs:
-            assert (code.variant, t) == ("static", static_threads(code.capacity, 1024))
+        if not knobs and code.variant == "static":
+            assert t == static_threads(code.capacity, 1024)
+        elif not knobs:  # 10**5 <= 132 * 2048 = 270336 < 10**6 (sm_80: 108 * 2048)
+            want_chunk = (2048, 512) if batch <= lim.sm_count * 2048 else (8192, 1024)
+            assert (code.variant, (code.capacity, t)) == ("chunked", want_chunk)
         elif "JITMETA_THREADS" in knobs:
             assert t == knobs["JITMETA_THREADS"]
         if code.variant == "static":
@@ -325,7 +340,7 @@ def test_compiled_smem_equals_formula_sweep(arch, varlen):
             want, dyn = smem_dynamic(batch, t, varlen, rsv)
             assert p.smem_dynamic_bytes == dyn == 4 * tile_words(batch)
         else:
-            assert code.capacity == knobs["JITMETA_CHUNK"]
+            assert code.capacity == knobs.get("JITMETA_CHUNK", code.capacity)
             want = smem_chunked(code.capacity, t, varlen, rsv)
         assert p.smem_static_bytes == want, (code.name, p.reason)
         cubin = _cubin(code)
