@@ -122,7 +122,7 @@ def cpu_figures() -> dict:
     ctx = torch.randint(0, 5000, (128, 1), dtype=I32)
     out = torch.empty(NUM_SMS + 1, 2, dtype=I32)
     p = jitmeta.plan(128, 1, False, NUM_SMS, arch="sm_90")
-    launcher = api.Launcher(device=0, plan=p, emit="jitmeta_emit", summarize=None,
+    launcher = api.Launcher(device=0, plan=p, emit="jitmeta_emit", cooperative=False,
                             threads=p.threads, grid=p.grid, dyn_smem=0, ws_words=0)
     state = api._CallState(False)  # private: never seen by real calls
     saved = (runtime._drv, dict(runtime._context_ids), api._raw_stream)

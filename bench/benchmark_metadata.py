@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 import jitmeta
+from jitmeta import envs
 from jitmeta.heuristics.plan import codes_for_batches
 from jitmeta.impls.render import render
 from jitmeta.jit import runtime
@@ -156,6 +157,42 @@ def empty_kernel():
     return call
 
 
+# --- forced variants and slab sizes (what the planner's choices rest on) ------------------
+
+TUNING_BATCHES = [4096, 8192, 16384, 32768, 55000, 131072, 270336, 2**20]
+TUNING_CHUNKS = [1024, 2048, 4096, 8192]
+
+
+def tuning_rows(stream, gen) -> list[dict]:
+    """GPU us per call (amortized) of each variant / chunked slab size that can serve a
+    batch, bit-exactness checked: dense next_n=1 and varlen."""
+    rows = []
+    for mode in ("next_n=1", "varlen"):
+        for batch in TUNING_BATCHES:
+            ctx, idx = make_inputs(batch, mode, gen)
+            want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
+            out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device="cuda")
+            configs = [("static", {"JITMETA_VARIANT": "static"})] if batch <= 8192 else []
+            if batch <= 55970:
+                configs.append(("dynamic", {"JITMETA_VARIANT": "dynamic"}))
+            configs += [(f"chunked/{c}", {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c,
+                                          "JITMETA_THREADS": max(256, min(1024, c // 4))})
+                        for c in TUNING_CHUNKS]
+            row = {"mode": mode, "batch": batch,
+                   "default": jitmeta.plan(batch, 1, mode == "varlen", NUM_SMS).code.name}
+            for name, knobs in configs:
+                with envs.override(**knobs):
+                    call = (lambda: jitmeta.get_paged_mqa_logits_metadata(
+                        ctx, 64, NUM_SMS, idx, out=out))
+                    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx)
+                    row[name] = round(graph_time_us(call, stream), 2)
+                    row[name + " exact"] = bool(torch.equal(got, want))
+            rows.append(row)
+            print("tuning", row, flush=True)
+            del ctx, idx
+    return rows
+
+
 # --- cold start -------------------------------------------------------------------------
 
 def cold_figures(arch: str) -> dict:
@@ -181,6 +218,14 @@ def cold_figures(arch: str) -> dict:
                              env=os.environ.copy(), check=True).stdout.split()
         runs.append((float(out[0]), int(out[1])))
     warm_runs = runs[1:]  # the first one may compile (cold disk cache)
+    # where a first call's time goes (printed to the log, not part of the record)
+    profiled = snippet.replace("jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); ",
+                               "import cProfile, pstats; pr = cProfile.Profile(); "
+                               "pr.enable(); jitmeta.get_paged_mqa_logits_metadata(c, 64, "
+                               "132, i); pr.disable(); ")
+    profiled += "; pstats.Stats(pr).sort_stats('cumulative').print_stats(30)"
+    print(subprocess.run([sys.executable, "-c", profiled], capture_output=True, text=True,
+                         env=os.environ.copy()).stdout[-6000:], flush=True)
     return {"nvrtc_ms_per_variant": per_variant,
             "nvrtc_ms_median": statistics.median(per_variant.values()),
             "distinct_cubins_1_to_2p24": counts,
@@ -238,6 +283,7 @@ def main(argv=None) -> int:
                   f"torch-ops {ops:8.2f} us  host {host:6.2f} / "
                   f"{host_out:6.2f} us  exact={exact}", flush=True)
             del ctx, idx
+    tuning = tuning_rows(stream, gen) if not args.quick else []
     cold = cold_figures(jitmeta.api.device_limits(0).arch)
     props = torch.cuda.get_device_properties(0)
     meta = {
@@ -270,6 +316,18 @@ def main(argv=None) -> int:
                      f"{r['x_floor']:.2f} | {r['gpu_us_1call']:.2f} | {r['x_floor_1call']:.2f} "
                      f"| {r['torch_ops_us']:.2f} | {r['x_torch_ops']:.3f} "
                      f"| {r['host_us']:.2f} | {r['host_out_us']:.2f} | {r['exact']} |")
+    if tuning:
+        names = ["static", "dynamic"] + [f"chunked/{c}" for c in TUNING_CHUNKS]
+        lines += ["", "Forced variants and chunked slab sizes (GPU us per call, amortized; "
+                  "chunked/C = slabs of C elements at max(256, min(1024, C/4)) threads; "
+                  "`-` = cannot serve the batch):", "",
+                  "| mode | batch | default plan | " + " | ".join(names) + " | exact |",
+                  "|---|---:|---|" + "---:|" * len(names) + "---|"]
+        for r in tuning:
+            cells = [f"{r[n]:.2f}" if n in r else "-" for n in names]
+            exact = all(v for k, v in r.items() if k.endswith(" exact"))
+            lines.append(f"| {r['mode']} | {r['batch']} | {r['default']} | "
+                         + " | ".join(cells) + f" | {exact} |")
     lines += ["", "Cold start:", "", "```", json.dumps(cold, indent=1), "```", ""]
     text = "\n".join(lines)
     print()
@@ -279,8 +337,11 @@ def main(argv=None) -> int:
     stem = f"{meta['date']}-{props.name.replace(' ', '_')}"
     (out_dir / f"{stem}.md").write_text(text)
     (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows,
-                                                     "cold": cold}, indent=1))
-    return 0 if all(r["exact"] for r in rows) else 1
+                                                     "tuning": tuning, "cold": cold},
+                                                    indent=1))
+    exact = all(r["exact"] for r in rows) and all(
+        v for r in tuning for k, v in r.items() if k.endswith(" exact"))
+    return 0 if exact else 1
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ for stage in $stages; do
       done ;;
     bench)
       if [ -f "$repo/bench/benchmark_metadata.py" ]; then
-        timeout 300 python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+        timeout ${JITMETA_BENCH_TIMEOUT:-420} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
         rc=$((rc | ${PIPESTATUS[0]}))
         timeout 90 python3 "$repo/bench/benchmark_host.py" --json "$OUT/host.json" 2>&1 | tail -25
       fi ;;

@@ -23,9 +23,11 @@ def main() -> int:
           torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx)), flush=True)
     gen = torch.Generator().manual_seed(0)
     bad = 0
-    # every variant, the small-bucket block sizes, and many slabs with carries
+    # every variant, the small-bucket block sizes, both default chunked slabs, and
+    # blocks with many slabs (chunk 1000: 300 slabs over at most 132 blocks)
     cases = [("static", 1000, None), ("static", 4096, None), ("dynamic", 20000, None),
-             ("chunked", 70000, None), ("chunked", 5000, 1000)]
+             ("chunked", 70000, None), ("chunked", 300000, None), ("chunked", 300000, 1000),
+             ("chunked", 5000, 1000)]
     for variant, batch, chunk in cases:
         with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk):
             for varlen in (False, True):

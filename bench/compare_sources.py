@@ -1,0 +1,135 @@
+"""A/B-time kernel sources on a GPU: the same plan rendered with other schedule headers.
+
+For a kernel change whose effect the main benchmark cannot pin down: each HEADER file
+replaces ``templates/jitmeta_schedule.cuh`` in the rendered source of every case below;
+each is compiled, checked bit-exact against the reference and timed by CUDA-graph
+replay (20 back-to-back calls per graph, median of 5). A clock kernel spinning a known
+number of cycles gives the SM clock of the run, so runs can be compared.
+
+    python bench/compare_sources.py HEADER [HEADER ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import jitmeta
+from jitmeta import envs
+from jitmeta.heuristics.plan import plan
+from jitmeta.impls import render as render_mod
+from jitmeta.jit import runtime
+from jitmeta.jit.compiler import CompileOptions, compile_cubin
+
+NUM_SMS = 132
+# (label, batch, next_n, varlen, forced variant)
+CASES = [("static dense 1", 1, 1, False, None), ("static dense 1024", 1024, 1, False, None),
+         ("static dense 4096", 4096, 1, False, None), ("static dense 8192", 8192, 1, False, None),
+         ("static varlen 8192", 8192, 1, True, None),
+         ("dynamic dense 16384", 16384, 1, False, "dynamic"),
+         ("dynamic varlen 16384", 16384, 1, True, "dynamic")]
+EMIT_TYPES = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
+              runtime.UINT32, runtime.POINTER, runtime.POINTER)
+CLOCK_SRC = r'''
+extern "C" __global__ void jitmeta_clock(unsigned cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}
+'''
+
+
+def graph_us(fn, calls: int = 20, replays: int = 20, repeats: int = 5) -> float:
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(replays):
+            g.replay()
+        e1.record()
+        e1.synchronize()
+        samples.append(e0.elapsed_time(e1) * 1e3 / (replays * calls))
+    return statistics.median(samples)
+
+
+def sm_clock_mhz(arch: str) -> float:
+    res = compile_cubin(CLOCK_SRC, CompileOptions.for_arch(arch))
+    fn = runtime.load_module(0, "ab-clock", res.cubin, ("jitmeta_clock",)).functions[
+        "jitmeta_clock"]
+    cycles = 200000
+
+    def call():
+        runtime.launch(fn, 1, 32, 0, torch.cuda.current_stream().cuda_stream, (cycles,),
+                       (runtime.UINT32,))
+    return cycles / graph_us(call, calls=5)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("headers", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU", file=sys.stderr)
+        return 1
+    lim = jitmeta.api.device_limits(0)
+    print(f"SM clock ~{sm_clock_mhz(lim.arch):.0f} MHz")
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    env = render_mod._environment()
+    bad = 0
+    print(f"{'case':22s} " + " ".join(f"{h.stem:>14s}" for h in args.headers))
+    for label, batch, next_n, varlen, variant in CASES:
+        ctx = torch.randint(1, 32768, (batch, next_n), generator=gen, dtype=torch.int32)
+        ctx[torch.rand(batch, next_n, generator=gen) < 0.1] = 0
+        idx = None
+        if varlen:
+            runs = torch.randint(1, 9, (batch,), generator=gen)
+            idx = torch.repeat_interleave(torch.arange(batch), runs)[:batch].int().cuda()
+        ctx = ctx.cuda()
+        want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
+        with envs.override(JITMETA_VARIANT=variant):
+            p = plan(batch, next_n, varlen, NUM_SMS, 256, "smxx", lim)
+        c = p.code
+        cells = []
+        for h in args.headers:
+            src = env.get_template(render_mod.TEMPLATE).render(
+                schedule_header=h.read_text(), code_name=c.name, variant=c.variant,
+                varlen=c.varlen, schedule=c.schedule, split_kv=c.split_kv,
+                threads=c.threads, capacity=c.capacity)
+            cubin = compile_cubin(src, CompileOptions.for_arch(c.arch)).cubin
+            dyn = p.smem_dynamic_bytes
+            mod = runtime.load_module(0, f"ab-{h}-{c.name}", cubin, ("jitmeta_emit",),
+                                      lim.smem_optin_bytes - p.smem_static_bytes
+                                      if dyn else 0)
+            fn = mod.functions["jitmeta_emit"]
+            out = torch.full((NUM_SMS + 1, 2), -1, dtype=torch.int32, device="cuda")
+            args_ = (ctx.data_ptr(), 0 if idx is None else idx.data_ptr(), batch, next_n,
+                     NUM_SMS, out.data_ptr(), 0)
+
+            def call():
+                runtime.launch(fn, 1, c.threads, dyn,
+                               torch.cuda.current_stream().cuda_stream, args_, EMIT_TYPES)
+            call()
+            torch.cuda.synchronize()
+            exact = torch.equal(out, want)
+            bad += not exact
+            cells.append(f"{graph_us(call):11.2f}{'' if exact else ' !!'}")
+        print(f"{label:22s} " + " ".join(f"{x:>14s}" for x in cells), flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
