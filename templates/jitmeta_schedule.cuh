@@ -168,44 +168,68 @@ struct Schedule {
         return segs(c) | ((e == 0 || id != prev_id) ? kBoundary : 0u);
     }
 
+    // One round of a slab's loads, held in registers: kLoadUnroll elements per thread
+    // (element base + k * THREADS + threadIdx.x) and, in thread 0, the varlen halo.
+    struct Fetched {
+        int c[kLoadUnroll], id[kLoadUnroll], pid[kLoadUnroll];
+        int halo_c, halo_id, halo_pid;
+    };
+
+    // Issues the loads of round `base` of slab [lo, lo + n) unconditionally (addresses
+    // clamped into the batch, which is never empty): nothing waits for them here.
+    __device__ __forceinline__ static void fetch(Fetched& f, const int* __restrict__ ctx,
+                                                 const int* __restrict__ idx, u32 lo, u32 n,
+                                                 u32 base, u32 batch, u32 next_n) {
+        const u32 top = batch - 1u;
+#pragma unroll
+        for (int k = 0; k < kLoadUnroll; ++k) {
+            const u32 ec = min(lo + base + (u32)k * THREADS + threadIdx.x, top);
+            if (VARLEN) {
+                f.c[k] = __ldg(ctx + ec);
+                f.id[k] = __ldg(idx + ec);
+                f.pid[k] = __ldg(idx + (ec ? ec - 1u : 0u));
+            } else {
+                f.c[k] = __ldg(ctx + (u64)ec * next_n + (next_n - 1u));
+            }
+        }
+        if (VARLEN && base == 0 && threadIdx.x == 0) {  // the halo: token lo + n
+            const u32 ec = min(lo + n, top);
+            f.halo_c = __ldg(ctx + ec);
+            f.halo_id = __ldg(idx + ec);
+            f.halo_pid = __ldg(idx + (ec ? ec - 1u : 0u));
+        }
+    }
+
+    // Writes a fetched round into the tile (waiting for its loads).
+    __device__ __forceinline__ static void store(u32* tile, const Fetched& f, u32 lo, u32 n,
+                                                 u32 base, u32 batch, u32 atoms) {
+#pragma unroll
+        for (int k = 0; k < kLoadUnroll; ++k) {
+            const u32 i = base + (u32)k * THREADS + threadIdx.x;
+            if (i < n)
+                tile[pad(i)] = VARLEN ? varlen_word(f.c[k], f.id[k], f.pid[k], lo + i)
+                                      : atoms * segs(f.c[k]);
+        }
+        if (VARLEN && base == 0 && threadIdx.x == 0) {
+            const u32 e = lo + n;
+            tile[pad(n)] = e < batch ? varlen_word(f.halo_c, f.halo_id, f.halo_pid, e)
+                                     : kBoundary;
+        }
+    }
+
     // Loads slab [lo, lo + n) into tile elements 0..n-1 and a halo word into element n.
     // dense: A * segs(ctx[e, next_n - 1]); varlen: seg | boundary << 31, the halo being
-    // the next token's word (or a boundary when there is none). Coalesced, with
-    // kLoadUnroll independent loads per thread in flight: every load of a round is
-    // issued unconditionally (addresses clamped into the batch, which is never empty)
-    // before any loaded value is used, so a round costs one memory latency.
+    // the next token's word (or a boundary when there is none). Coalesced, kLoadUnroll
+    // loads per thread in flight; every load of a round is issued before any of its
+    // values is used, so a round costs one memory latency.
     __device__ __forceinline__ static void load_tile(u32* tile, const int* __restrict__ ctx,
                                                      const int* __restrict__ idx, u32 lo,
                                                      u32 n, u32 batch, u32 next_n,
                                                      u32 atoms) {
-        if (n == 0) return;
-        const u32 top = batch - 1u;
-        if (VARLEN && threadIdx.x == 0) {  // the halo: element n, token lo + n
-            const u32 e = lo + n, ec = min(e, top);
-            const int c = __ldg(ctx + ec), id = __ldg(idx + ec);
-            const int pid = __ldg(idx + (ec ? ec - 1u : 0u));
-            tile[pad(n)] = e < batch ? varlen_word(c, id, pid, e) : kBoundary;
-        }
         for (u32 base = 0; base < n; base += THREADS * kLoadUnroll) {
-            int c[kLoadUnroll], id[kLoadUnroll], pid[kLoadUnroll];
-#pragma unroll
-            for (int k = 0; k < kLoadUnroll; ++k) {
-                const u32 ec = min(lo + base + (u32)k * THREADS + threadIdx.x, top);
-                if (VARLEN) {
-                    c[k] = __ldg(ctx + ec);
-                    id[k] = __ldg(idx + ec);
-                    pid[k] = __ldg(idx + (ec ? ec - 1u : 0u));
-                } else {
-                    c[k] = __ldg(ctx + (u64)ec * next_n + (next_n - 1u));
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < kLoadUnroll; ++k) {
-                const u32 i = base + (u32)k * THREADS + threadIdx.x;
-                if (i < n)
-                    tile[pad(i)] = VARLEN ? varlen_word(c[k], id[k], pid[k], lo + i)
-                                          : atoms * segs(c[k]);
-            }
+            Fetched f;
+            fetch(f, ctx, idx, lo, n, base, batch, next_n);
+            store(tile, f, lo, n, base, batch, atoms);
         }
     }
 
@@ -264,35 +288,39 @@ struct Schedule {
         *end = min(n, bb + per);
     }
 
-    // Summary of the whole slab (chunked variant, first launch).
-    __device__ __forceinline__ static S summarize_tile(const u32* tile, u32 n, Scratch& sc) {
+    // A slab scanned by the block: this thread's slice, the word after it (varlen),
+    // the composition of the slices before it within the slab, and the whole slab.
+    struct Scanned {
         u32 b, end, after;
-        slice(n, &b, &end);
-        S total;
-        block_exclusive_scan(summarize_slice(tile, b, end, &after), sc, &total);
-        return total;
+        S before, block;
+    };
+
+    __device__ __forceinline__ static Scanned scan_tile(const u32* tile, u32 n, Scratch& sc) {
+        Scanned t;
+        slice(n, &t.b, &t.end);
+        t.after = 0u;
+        t.before = block_exclusive_scan(summarize_slice(tile, t.b, t.end, &t.after), sc,
+                                        &t.block);
+        return t;
     }
 
-    // Scans the loaded slab (carry-in: `carry` composed of all earlier slabs) and
-    // writes the rows of every SM whose start lies in it. `total` is the grand total
-    // (ignored when `whole`: the slab is the whole batch and its own sum is the total);
-    // `last` says this slab also owns the rows at start == total.
-    __device__ __forceinline__ static void emit_tile(u32* tile, u32 lo, u32 n, S carry,
-                                                     u32 total, bool whole, bool last,
-                                                     u32 batch,
-                                                     u32 atoms, u32 num_sms,
-                                                     int* __restrict__ out, Scratch& sc) {
-        u32 b, end, after = 0;
-        slice(n, &b, &end);
-        const S mine = summarize_slice(tile, b, end, &after);
-        S block;
-        const S before = S::compose(carry, block_exclusive_scan(mine, sc, &block));
-        prefix_slice(tile, b, end, before.total(kInitialParity),
-                     before.parity(kInitialParity), after);
+    // Writes the rows of every SM whose start lies in the scanned slab (carry-in:
+    // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
+    // `whole`: the slab is the whole batch and its own sum is the total); `last` says
+    // this slab also owns the rows at start == total. Overwrites the tile with prefix
+    // sums and searches them.
+    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned& t, u32 lo,
+                                                        u32 n, S carry, u32 total,
+                                                        bool whole, bool last, u32 batch,
+                                                        u32 atoms, u32 num_sms,
+                                                        int* __restrict__ out) {
+        const S before = S::compose(carry, t.before);
+        prefix_slice(tile, t.b, t.end, before.total(kInitialParity),
+                     before.parity(kInitialParity), t.after);
         __syncthreads();
 
         const u32 base = carry.total(kInitialParity);
-        const u32 slab_end = base + block.total(carry.parity(kInitialParity));
+        const u32 slab_end = base + t.block.total(carry.parity(kInitialParity));
         if (whole) total = slab_end;
         const u32 q = total / num_sms, r = total % num_sms;
         const u32 s_lo = first_sm_at_or_after(base, q, r, num_sms);
@@ -322,6 +350,15 @@ struct Schedule {
         }
     }
 
+    // Scans the loaded slab and writes its rows (see emit_scanned).
+    __device__ __forceinline__ static void emit_tile(u32* tile, u32 lo, u32 n, S carry,
+                                                     u32 total, bool whole, bool last,
+                                                     u32 batch, u32 atoms, u32 num_sms,
+                                                     int* __restrict__ out, Scratch& sc) {
+        const Scanned t = scan_tile(tile, n, sc);
+        emit_scanned(tile, t, lo, n, carry, total, whole, last, batch, atoms, num_sms, out);
+    }
+
     // --- chunked variant: one cooperative launch ---------------------------------------
     //
     // gridDim.x co-resident blocks (a cooperative launch, at most THREADS and kMaxGrid)
@@ -334,39 +371,46 @@ struct Schedule {
     //
     // Workspace (u32 words, zeroed once when allocated, used by one launch at a time):
     //   [0]                      epoch: how many launches have used it (mod 2^32)
-    //   [4 + 8 g, + 8)           slot of block g < kMaxGrid: tag (epoch + 1 once
-    //                            published), 3 spare, then the block's summary
+    //   [4 + 8 g, + 8)           slot of block g < kMaxGrid: one 64-bit word per summary
+    //                            field, (tag << 32) | field, tag = epoch + 1 once published
     //   [kSlabBase, ...)         summary of every slab, sizeof(S) / 4 words each
-    // A launch reads the epoch, publishes tag epoch + 1 and waits for that tag in every
-    // slot; block 0 advances the epoch once it has seen them all (so every block has
-    // read it). Slots sit at fixed places whatever the grid, and nothing else is ever
-    // written there, so a stale tag is never ahead of the epoch and no reset is needed.
+    // A launch reads the epoch, publishes its slot with tag epoch + 1 and waits for that
+    // tag in every field of every slot; block 0 advances the epoch once it has seen them
+    // all (so every block has read it). Each 64-bit word is written and read whole
+    // (single-copy atomic), so a field carrying this launch's tag is this launch's value:
+    // no fence and no second read. Slots sit at fixed places whatever the grid and
+    // nothing else is ever written there, so a stale tag is never ahead of the epoch and
+    // no reset is needed.
     static constexpr u32 kSlotWords = 8;
     static constexpr u32 kMaxGrid = 1024;
     static constexpr u32 kSlabBase = 4u + kSlotWords * kMaxGrid;
     static constexpr u32 kSpinLimit = 1u << 24;  // ~1 s of polling: then trap, never hang
+    static constexpr u32 kFields = sizeof(S) / 4;
+    static_assert(2 * kFields <= kSlotWords, "a slot holds one 64-bit word per field");
 
     __device__ __forceinline__ static void publish(u32* slot, const S& v, u32 tag) {
-        volatile u32* vs = slot;
-        const u32* w = reinterpret_cast<const u32*>(&v);
+        volatile u64* vs = reinterpret_cast<volatile u64*>(slot);
+        const u32* f = reinterpret_cast<const u32*>(&v);
 #pragma unroll
-        for (u32 k = 0; k < sizeof(S) / 4; ++k) vs[4 + k] = w[k];
-        __threadfence();
-        vs[0] = tag;
+        for (u32 k = 0; k < kFields; ++k) vs[k] = (u64)tag << 32 | f[k];
     }
 
     __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag) {
-        const volatile u32* vs = slot;
-        for (u32 spins = 0; vs[0] != tag; ++spins) {
+        const volatile u64* vs = reinterpret_cast<const volatile u64*>(slot);
+        S v;
+        u32* f = reinterpret_cast<u32*>(&v);
+        for (u32 spins = 0;; ++spins) {
+            bool ready = true;
+#pragma unroll
+            for (u32 k = 0; k < kFields; ++k) {
+                const u64 word = vs[k];
+                f[k] = (u32)word;
+                ready &= (u32)(word >> 32) == tag;
+            }
+            if (ready) return v;
             if (spins == kSpinLimit) __trap();
             __nanosleep(32);
         }
-        __threadfence();
-        S v;
-        u32* w = reinterpret_cast<u32*>(&v);
-#pragma unroll
-        for (u32 k = 0; k < sizeof(S) / 4; ++k) w[k] = vs[4 + k];
-        return v;
     }
 
     template <u32 CHUNK>
@@ -382,14 +426,29 @@ struct Schedule {
         const u32 epoch = *static_cast<volatile u32*>(ws);
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
 
+        // Phase 1. The last slab stays in shared memory, scanned, for phase 2. When a
+        // slab is one round of loads, the next slab's loads are in flight while this
+        // one is scanned.
+        constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
         S mine = S::identity();
+        Scanned kept{};
+        Fetched f;
+        if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
+                                         0u, batch, next_n);
         for (u32 j = j0; j < j1; ++j) {
-            const u32 lo = j * CHUNK;
-            load_tile(tile, ctx, idx, lo, min(CHUNK, batch - lo), batch, next_n, atoms);
+            const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
+            if (kPrefetch) {
+                store(tile, f, lo, n, 0u, batch, atoms);
+                if (j + 1u < j1)
+                    fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u, batch,
+                          next_n);
+            } else {
+                load_tile(tile, ctx, idx, lo, n, batch, next_n, atoms);
+            }
             __syncthreads();
-            const S sj = summarize_tile(tile, min(CHUNK, batch - lo), sc);  // ends synced
-            if (threadIdx.x == 0) slab_sums[j] = sj;
-            mine = S::compose(mine, sj);
+            kept = scan_tile(tile, n, sc);  // ends synced: the tile may be rewritten
+            if (threadIdx.x == 0) slab_sums[j] = kept.block;
+            mine = S::compose(mine, kept.block);
         }
         if (threadIdx.x == 0) publish(ws + 4u + kSlotWords * g, mine, epoch + 1u);
 
@@ -398,30 +457,38 @@ struct Schedule {
         const S before = block_exclusive_scan(slot, sc, &all);
         if (threadIdx.x == g) sc.broadcast[1] = before;
         __syncthreads();
-        S carry = sc.broadcast[1];
+        const S carry = sc.broadcast[1];
         if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
+        if (j0 == j1) return;
 
+        // Phase 2: the slabs holding an SM start (and the last slab of all). The one
+        // still in shared memory first (it is scanned already), then the others,
+        // reloaded.
         const u32 total = all.total(kInitialParity);
         const u32 q = total / num_sms, r = total % num_sms;
-        u32 resident = j1 - 1u;  // the slab still in shared memory
-        for (u32 j = j0; j < j1; ++j) {
+        S carry_last = carry;  // composition of every slab before j1 - 1
+        for (u32 j = j0; j + 1u < j1; ++j) carry_last = S::compose(carry_last, slab_sums[j]);
+        S c = carry;
+        for (u32 k = 0; k < j1 - j0; ++k) {
+            const u32 j = k == 0 ? j1 - 1u : j0 + k - 1u;  // the resident slab first
+            const S cj = k == 0 ? carry_last : c;
             const S sj = slab_sums[j];
-            const u32 base = carry.total(kInitialParity);
-            const u32 end = base + sj.total(carry.parity(kInitialParity));
+            if (k > 0) c = S::compose(c, sj);
+            const u32 base = cj.total(kInitialParity);
+            const u32 end = base + sj.total(cj.parity(kInitialParity));
             const u32 s = first_sm_at_or_after(base, q, r, num_sms);
             const bool last = j + 1u == slabs;
-            if (last || (s <= num_sms && sm_start(s, q, r, num_sms) < end)) {
-                const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-                if (j != resident) {
-                    __syncthreads();  // every thread is done with the resident slab
-                    load_tile(tile, ctx, idx, lo, n, batch, next_n, atoms);
-                    __syncthreads();
-                    resident = j;
-                }
-                emit_tile(tile, lo, n, carry, total, false, last, batch, atoms, num_sms, out,
-                          sc);
+            if (!last && !(s <= num_sms && sm_start(s, q, r, num_sms) < end)) continue;
+            const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
+            if (k == 0) {
+                emit_scanned(tile, kept, lo, n, cj, total, false, last, batch, atoms,
+                             num_sms, out);
+            } else {
+                __syncthreads();  // every thread is done with the slab in the tile
+                load_tile(tile, ctx, idx, lo, n, batch, next_n, atoms);
+                __syncthreads();
+                emit_tile(tile, lo, n, cj, total, false, last, batch, atoms, num_sms, out, sc);
             }
-            carry = S::compose(carry, sj);
         }
     }
 };

@@ -358,13 +358,14 @@ MUTANTS = [
     ("slice summary assumes parity 0 coming in",
      [(r"p0 = 0, p1 = 1;", "p0 = 0, p1 = 0;")], ("static", "chunked"), ("varlen",)),
     ("varlen halo word never loaded",
-     [(r"if \(VARLEN && threadIdx\.x == 0\)", "if (VARLEN && threadIdx.x == 0 && false)")],
+     [(r"tile\[pad\(n\)\] = e < batch \?", "if (false) tile[pad(n)] = e < batch ?")],
      ("static", "dynamic", "chunked"), ("varlen",)),
     ("atoms rounded down", [(r"\(next_n \+ 1\) / 2", "next_n / 2")],
      ("static", "chunked"), ("dense",)),
-    ("blocks do not wait for each other", [(r"vs\[0\] != tag;", "vs[0] != tag && false;")],
+    ("blocks do not wait for each other", [(r"if \(ready\) return v;", "return v;")],
      ("chunked",), ("dense", "varlen")),
-    ("a slab that is not resident is not reloaded", [(r"if \(j != resident\)", "if (false)")],
+
+    ("a slab that is not resident is not reloaded", [(r"if \(k == 0\) \{", "if (true) {")],
      ("chunked",), ("dense", "varlen")),
 ]
 
