@@ -247,6 +247,50 @@ def test_missing_template_variable_raises(missing):
         template.render(**values)
 
 
+_RENDER_IN_FRESH_PROCESS = """
+import json, sys
+from jitmeta.heuristics.arch import limits_for_arch
+from jitmeta.heuristics.plan import plan
+from jitmeta.impls import render as r
+p = plan(8192, 1, True, 132, 256, "smxx", limits_for_arch("sm_90"))
+print(json.dumps({"dir": r._bytecode_dir(), "source": r.render(p.code)}))
+"""
+
+
+def _render_fresh(tmp_path, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("JITMETA_")}
+    full.update(JITMETA_CACHE_DIR=str(tmp_path / "cache"), **env)
+    res = subprocess.run([sys.executable, "-c", _RENDER_IN_FRESH_PROCESS], env=full,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_compiled_templates_are_kept_privately_next_to_the_cubins(tmp_path):
+    first = _render_fresh(tmp_path)
+    jinja_dir = tmp_path / "cache" / "v1" / "jinja"
+    assert first["dir"] == str(jinja_dir)
+    files = list(jinja_dir.iterdir())
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    assert jinja_dir.stat().st_mode & 0o777 == 0o700
+    assert files[0].stat().st_mode & 0o077 == 0
+    stamp = files[0].stat().st_mtime_ns
+    second = _render_fresh(tmp_path)  # loads the compiled template: same source
+    assert second["source"] == first["source"]
+    assert [f.stat().st_mtime_ns for f in jinja_dir.iterdir()] == [stamp]
+
+
+def test_no_compiled_templates_without_a_private_disk_cache(tmp_path):
+    off = _render_fresh(tmp_path, JITMETA_DISABLE_DISK_CACHE="1")
+    assert off["dir"] is None and not (tmp_path / "cache").exists()
+    jinja_dir = tmp_path / "cache" / "v1" / "jinja"
+    jinja_dir.mkdir(parents=True, mode=0o700)
+    os.chmod(jinja_dir, 0o777)  # another user could plant code there
+    shared = _render_fresh(tmp_path)
+    assert shared["dir"] is None and list(jinja_dir.iterdir()) == []
+    assert shared["source"] == off["source"]
+
+
 def test_misspelled_variable_in_a_template_raises():
     env = render_mod._environment()
     with pytest.raises(jinja2.UndefinedError, match="capacty"):

@@ -3,15 +3,23 @@
 Pure and deterministic: the same spec gives byte-identical source. One Jinja2
 environment with ``StrictUndefined`` (a typo fails instead of becoming an empty
 string in CUDA); templates are read from the installed ``jitmeta.templates``.
+
+Compiling the template is most of a cache hit's cost in a fresh process (several ms),
+so Jinja's compiled templates are kept next to the cubins, in ``<cache>/v*/jinja``
+(Jinja's own bytecode cache, keyed by the template's checksum), under the same trust
+rules as the cubins; without a usable disk cache the template is compiled as usual.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from importlib import resources
 
 import jinja2
 
+from .. import envs
 from ..heuristics.plan import CodeSpec
 
 __all__ = ["render", "kernel_names", "TEMPLATE"]
@@ -32,10 +40,34 @@ class _PackageLoader(jinja2.BaseLoader):
         return text, None, lambda: True
 
 
-@functools.lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+@functools.lru_cache(maxsize=8)
+def _environment(bytecode_dir: str | None = None) -> jinja2.Environment:
+    cache = jinja2.FileSystemBytecodeCache(bytecode_dir) if bytecode_dir else None
     return jinja2.Environment(loader=_PackageLoader(), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+                              keep_trailing_newline=True, autoescape=False,
+                              bytecode_cache=cache)
+
+
+def _bytecode_dir() -> str | None:
+    """Where compiled templates are kept: the disk cache's ``jinja`` directory when the
+    disk cache is on, writable and trusted (loading them runs their code, like a
+    cubin's), else None."""
+    if envs.get("JITMETA_DISABLE_DISK_CACHE"):
+        return None
+    from ..jit.cache import CacheError, DiskCache, makedirs_private
+
+    cache = DiskCache(envs.get("JITMETA_CACHE_DIR"))
+    path = cache.base / "jinja"
+    try:
+        makedirs_private(path)
+        cache.check_trusted()
+        st = path.lstat()
+    except (OSError, CacheError):
+        return None
+    mine = st.st_uid == os.getuid() and stat.S_ISDIR(st.st_mode)
+    if not mine or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    return str(path) if os.access(path, os.W_OK | os.X_OK) else None
 
 
 def kernel_names(code: CodeSpec) -> tuple[str, ...]:
@@ -53,7 +85,7 @@ def _header() -> str:
 @functools.lru_cache(maxsize=256)
 def render(code: CodeSpec) -> str:
     """Self-contained CUDA source for ``code``: the stub instantiating the header."""
-    return _environment().get_template(TEMPLATE).render(
+    return _environment(_bytecode_dir()).get_template(TEMPLATE).render(
         schedule_header=_header(), code_name=code.name, variant=code.variant,
         varlen=code.varlen, schedule=code.schedule, split_kv=code.split_kv,
         threads=code.threads, capacity=code.capacity)

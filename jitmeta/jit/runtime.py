@@ -19,6 +19,8 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
+from cuda.bindings import driver as _cuda_driver
+
 __all__ = ["DriverError", "LoadedModule", "KernelParams", "load_module", "get_module",
            "loaded_modules", "launch", "allocate", "primary_context", "device_context",
            "make_current", "pop_current", "thread_params", "POINTER", "UINT32"]
@@ -36,16 +38,13 @@ _contexts: dict[int, object] = {}
 _context_ids: dict[int, int] = {}  # device -> int(primary context handle)
 _modules: dict[tuple[int, str], "LoadedModule"] = {}
 _initialized = False
-_drv = None  # cuda.bindings.driver, imported on first use (never at import)
 _tls = threading.local()
+# cuda.bindings.driver is imported with jitmeta (it needs no GPU and loads libcuda only
+# on its first call): its import takes 25-50 ms, which a first call would pay otherwise.
+_drv = _cuda_driver
 
 
 def _driver():
-    global _drv
-    if _drv is None:
-        from cuda.bindings import driver
-
-        _drv = driver
     return _drv
 
 
@@ -323,7 +322,7 @@ def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
     """
     params = thread_params(types)
     params.pack(*args)
-    driver = _drv if _drv is not None else _driver()
+    driver = _drv
     if pdl or cooperative:
         err, = driver.cuLaunchKernelEx(
             _launch_config(grid, threads, smem, stream, pdl, cooperative), fn,
