@@ -6,7 +6,9 @@ each is compiled, checked bit-exact against the reference and timed by CUDA-grap
 replay (20 back-to-back calls per graph, median of 5). A clock kernel spinning a known
 number of cycles gives the SM clock of the run, so runs can be compared.
 
-    python bench/compare_sources.py HEADER [HEADER ...]
+    python bench/compare_sources.py [--once] [--cases SUBSTR] HEADER [HEADER ...]
+
+``--once`` launches each kernel once, untimed (for ``ncu -k jitmeta_emit``).
 """
 
 from __future__ import annotations
@@ -27,12 +29,26 @@ from jitmeta.jit import runtime
 from jitmeta.jit.compiler import CompileOptions, compile_cubin
 
 NUM_SMS = 132
-# (label, batch, next_n, varlen, forced variant)
-CASES = [("static dense 1", 1, 1, False, None), ("static dense 1024", 1024, 1, False, None),
-         ("static dense 4096", 4096, 1, False, None), ("static dense 8192", 8192, 1, False, None),
-         ("static varlen 8192", 8192, 1, True, None),
-         ("dynamic dense 16384", 16384, 1, False, "dynamic"),
-         ("dynamic varlen 16384", 16384, 1, True, "dynamic")]
+# (label, batch, next_n, varlen, forced variant, forced threads)
+CASES = [("static dense 1", 1, 1, False, None, None),
+         ("static dense 1024", 1024, 1, False, None, None),
+         ("static varlen 1024", 1024, 1, True, None, None),
+         ("static dense 4096", 4096, 1, False, None, None),
+         ("static varlen 4096", 4096, 1, True, None, None),
+         ("static dense 8192", 8192, 1, False, None, None),
+         ("static dense 8192 t512", 8192, 1, False, None, 512),
+         ("static varlen 8192", 8192, 1, True, None, None),
+         ("static varlen 8192 t512", 8192, 1, True, None, 512),
+         ("static varlen 8192 t256", 8192, 1, True, None, 256),
+         ("dynamic dense 16384", 16384, 1, False, "dynamic", None),
+         ("dynamic varlen 16384", 16384, 1, True, "dynamic", None),
+         ("chunked dense 16384", 16384, 1, False, None, None),
+         ("chunked varlen 16384", 16384, 1, True, None, None),
+         ("chunked dense 65536", 65536, 1, False, None, None),
+         ("chunked varlen 65536", 65536, 1, True, None, None),
+         ("chunked dense 2^20", 2**20, 1, False, None, None),
+         ("chunked varlen 2^20", 2**20, 1, True, None, None),
+         ("chunked varlen 2^24", 2**24, 1, True, None, None)]
 EMIT_TYPES = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
               runtime.UINT32, runtime.POINTER, runtime.POINTER)
 CLOCK_SRC = r'''
@@ -81,17 +97,22 @@ def sm_clock_mhz(arch: str) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("headers", nargs="+", type=Path)
+    ap.add_argument("--once", action="store_true", help="one untimed launch per kernel")
+    ap.add_argument("--cases", default="", help="only cases whose label contains this")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU", file=sys.stderr)
         return 1
     lim = jitmeta.api.device_limits(0)
-    print(f"SM clock ~{sm_clock_mhz(lim.arch):.0f} MHz")
+    if not args.once:
+        print(f"SM clock ~{sm_clock_mhz(lim.arch):.0f} MHz")
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     env = render_mod._environment()
     bad = 0
     print(f"{'case':22s} " + " ".join(f"{h.stem:>14s}" for h in args.headers))
-    for label, batch, next_n, varlen, variant in CASES:
+    for label, batch, next_n, varlen, variant, threads in CASES:
+        if args.cases not in label:
+            continue
         ctx = torch.randint(1, 32768, (batch, next_n), generator=gen, dtype=torch.int32)
         ctx[torch.rand(batch, next_n, generator=gen) < 0.1] = 0
         idx = None
@@ -100,7 +121,7 @@ def main(argv=None) -> int:
             idx = torch.repeat_interleave(torch.arange(batch), runs)[:batch].int().cuda()
         ctx = ctx.cuda()
         want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
-        with envs.override(JITMETA_VARIANT=variant):
+        with envs.override(JITMETA_VARIANT=variant, JITMETA_THREADS=threads):
             p = plan(batch, next_n, varlen, NUM_SMS, 256, "smxx", lim)
         c = p.code
         cells = []
@@ -115,18 +136,22 @@ def main(argv=None) -> int:
                                       lim.smem_optin_bytes - p.smem_static_bytes
                                       if dyn else 0)
             fn = mod.functions["jitmeta_emit"]
+            coop = p.variant == "chunked"
+            ws = runtime.allocate(0, 4 * jitmeta.api.launcher_ws_words(p)) if coop else 0
             out = torch.full((NUM_SMS + 1, 2), -1, dtype=torch.int32, device="cuda")
             args_ = (ctx.data_ptr(), 0 if idx is None else idx.data_ptr(), batch, next_n,
-                     NUM_SMS, out.data_ptr(), 0)
+                     NUM_SMS, out.data_ptr(), ws)
 
             def call():
-                runtime.launch(fn, 1, c.threads, dyn,
-                               torch.cuda.current_stream().cuda_stream, args_, EMIT_TYPES)
+                runtime.launch(fn, p.grid, c.threads, dyn,
+                               torch.cuda.current_stream().cuda_stream, args_, EMIT_TYPES,
+                               cooperative=coop)
             call()
             torch.cuda.synchronize()
             exact = torch.equal(out, want)
             bad += not exact
-            cells.append(f"{graph_us(call):11.2f}{'' if exact else ' !!'}")
+            mark = "" if exact else " !!"
+            cells.append(f"{'once':>11s}{mark}" if args.once else f"{graph_us(call):11.2f}{mark}")
         print(f"{label:22s} " + " ".join(f"{x:>14s}" for x in cells), flush=True)
     return 1 if bad else 0
 
