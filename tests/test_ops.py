@@ -316,12 +316,13 @@ def test_plans_follow_the_device(two_devices):
         assert (p0.code.arch, p1.code.arch) == ("sm_90", "sm_80")
         assert p0.smem_bytes <= two_devices[0].smem_optin_bytes
         assert p1.smem_bytes <= two_devices[1].smem_optin_bytes
-    # the SM count moves the chunked variant's switch to its larger slab down:
-    # 250000 <= 132 * 2048 = 270336 (H100: slabs of 2048) but > 108 * 2048 = 221184 (A100)
+    # the SM count moves the chunked variant's slab-size steps down:
+    # 250000 <= 132 * 2048 = 270336 (H100: slabs of 2048) but > 108 * 2048 = 221184 and
+    # <= 108 * 4096 = 442368 (A100: slabs of 4096)
     h100 = api.plan_for(250000, 1, False, 132, 256, "smxx", 0)
     a100 = api.plan_for(250000, 1, False, 132, 256, "smxx", 1)
     assert (h100.variant, h100.code.capacity) == ("chunked", 2048)
-    assert (a100.variant, a100.code.capacity) == ("chunked", 8192)
+    assert (a100.variant, a100.code.capacity) == ("chunked", 4096)
 
 
 def test_build_from_16_threads_compiles_each_key_once(cache_dir, two_devices):
@@ -590,13 +591,13 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     ws = emit["args"][6]
     assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, out.data_ptr(), ws)
     p = launcher.plan
-    # 70000 <= 132 * 2048: slabs of 2048, ceil(70000 / 2048) = 35 blocks of 512 threads
-    assert (p.code.capacity, p.grid, p.threads) == (2048, 35, 512)
+    # 70000 <= 132 * 1024: slabs of 1024, ceil(70000 / 1024) = 69 blocks of 256 threads
+    assert (p.code.capacity, p.grid, p.threads) == (1024, 69, 256)
     assert (emit["grid"], emit["threads"], emit["stream"]) == (p.grid, p.threads, 0x5000)
     assert emit["cooperative"] and not emit["pdl"] and emit["smem"] == 0
-    # the workspace: zeroed, at least 4 + 8 * 1024 + 35 * 4 words (epoch, slots, slabs)
+    # the workspace: zeroed, at least 4 + 8 * 1024 + 69 * 4 words (epoch, slots, slabs)
     buf = next(b for b in stand_in.allocations if ctypes.addressof(b) == ws)
-    assert len(buf) >= 4 * (4 + 8 * 1024 + 35 * 4) == launcher.ws_words * 4
+    assert len(buf) >= 4 * (4 + 8 * 1024 + 69 * 4) == launcher.ws_words * 4
     assert set(bytes(buf)) == {0}
     assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
 

@@ -150,9 +150,9 @@ def test_installed_wheel_renders_and_compiles(installed, tmp_path):
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got)
     assert not Path(got["cwd"]).resolve().is_relative_to(REPO)
     assert got["variant"] == "chunked" and got["elf"] is True
-    # varlen, 100000 <= 132 * 2048: chunk 2048 at 512 threads:
-    # 2113 tile words * 4 + (16 + 2) summaries * 16 + 1024 reserved
-    assert got["smem"] == got["plan_smem"] == 2113 * 4 + 18 * 16 + 1024
+    # varlen, 100000 <= 132 * 1024: chunk 1024 at 256 threads:
+    # 1057 tile words * 4 + (8 + 2) summaries * 16 + 1024 reserved
+    assert got["smem"] == got["plan_smem"] == 1057 * 4 + 10 * 16 + 1024
 
 
 def test_installed_console_script_runs(installed, tmp_path):
@@ -171,8 +171,8 @@ def test_installed_console_script_runs(installed, tmp_path):
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["variant"] == "chunked"
-    # chunk 2048 at 512 threads: tile_words(2048) * 4 + (16 + 2) * 4 scratch + 1024 reserved
-    assert got["smem_bytes"] == (2048 + 2048 // 32 + 1) * 4 + 18 * 4 + 1024
+    # chunk 1024 at 256 threads: tile_words(1024) * 4 + (8 + 2) * 4 scratch + 1024 reserved
+    assert got["smem_bytes"] == (1024 + 1024 // 32 + 1) * 4 + 10 * 4 + 1024
     assert {"threads", "reason"} <= set(got)
     # a usage error exits 2
     res = _run([str(script), "plan", "--no-such-flag"], env=env, cwd=tmp_path)

@@ -7,10 +7,14 @@ built on ``tile_words(n) = n + n // 32 + 1``, with static buckets at
 by hand in the comment beside it, so that a change of formula shows up here as well as
 in the compiled cubins.
 
-The policy under test: static buckets while they fit the static limit, then chunked
-(a chunk of 2048 at static_threads(2048) threads while the batch fits one such slab per
-SM, else the default chunk of 8192; a cooperative grid of at most one block per SM).
-``dynamic`` serves a batch only when forced with JITMETA_VARIANT.
+The policy under test: static buckets while they fit the static limit, then chunked: the
+default chunk of 8192 (halved until it fits the static limit), unless a smaller slab of
+1024, 2048 or 4096 elements still gives every SM at most one slab (batch <= sm_count *
+slab), in which case the smallest such slab, at static_threads(slab) threads (unless
+JITMETA_THREADS is set); a cooperative grid of at most one block per SM. On sm_90 (132
+SMs) that is slab 1024 (256 threads) up to 135168, 2048 (512) up to 270336, 4096 (1024)
+up to 540672, then 8192 (1024). ``dynamic`` serves a batch only when forced with
+JITMETA_VARIANT.
 
 Randomness is fresh on every run; the seed is printed and put in every assertion
 message. Rerun a failure with ``JITMETA_TEST_SEED=<seed> pytest tests/test_plan.py``.
@@ -27,7 +31,7 @@ import jitmeta
 from jitmeta import envs
 from jitmeta.heuristics.arch import ARCH_TABLE, DeviceLimits, limits_for_arch
 from jitmeta.heuristics.plan import (DEFAULT_CHUNK, DEFAULT_THREADS, MIN_STATIC_CAPACITY,
-                                     SMALL_CHUNK, WORD, PlanError, chunked_grid,
+                                     SLAB_SIZES, WORD, PlanError, _boundaries, chunked_grid,
                                      codes_for_batches, largest_tile, plan, smem_chunked,
                                      smem_dynamic, smem_scratch, smem_static, static_threads,
                                      tile_words, workspace_words)
@@ -98,25 +102,45 @@ def expected_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
     return -(-slabs // per)
 
 
+# the slab sizes of the documented policy, smallest first (a literal, not SLAB_SIZES)
+SLABS = (1024, 2048, 4096)
+
+
+def default_chunk(limits: DeviceLimits, threads: int, varlen: bool) -> int:
+    """The default chunk: 8192 halved (not below 32) until its tile at the default
+    ``threads`` fits the static limit (``limits`` after the budget)."""
+    chunk = 8192
+    while chunk > 32 and smem_chunked(chunk, threads, varlen, limits.smem_reserved_bytes) \
+            > limits.smem_static_bytes:
+        chunk //= 2
+    return chunk
+
+
+def expected_slab(batch: int, sm_count: int, chunk: int) -> int | None:
+    """The slab the documented policy takes instead of the default ``chunk``: the
+    smallest one smaller than it that still needs no more slabs than there are SMs
+    (one per block at most); None if none does."""
+    fits = [c for c in SLABS if c < chunk and -(-batch // c) <= sm_count]
+    return min(fits) if fits else None
+
+
 def expected_chunked(batch, limits, threads, varlen, forced_threads=False,
                      chunk_knob=None) -> tuple[int, int, int, int] | None:
     """The documented chunked choice: (chunk, threads, static bytes, grid), or None.
 
-    The chunk is JITMETA_CHUNK (``chunk_knob``) as given; else 8192 halved (not below
-    32) until it fits the static limit, and then 2048 at bucket_threads(2048) threads
-    if it is still larger and the batch is at most sm_count slabs of 2048.
+    The chunk is JITMETA_CHUNK (``chunk_knob``) as given, at ``threads``; else the
+    default chunk (``default_chunk``) at ``threads``, unless a smaller slab serves
+    (``expected_slab``): then that slab at bucket_threads(slab) threads.
     """
     rsv = limits.smem_reserved_bytes
     t = threads
     if chunk_knob is not None:
         chunk = chunk_knob
     else:
-        chunk = 8192
-        while chunk > 32 and smem_chunked(chunk, threads, varlen, rsv) \
-                > limits.smem_static_bytes:
-            chunk //= 2
-        if chunk > 2048 and batch <= limits.sm_count * 2048:
-            chunk, t = 2048, bucket_threads(2048, threads, forced_threads)
+        chunk = default_chunk(limits, threads, varlen)
+        slab = expected_slab(batch, limits.sm_count, chunk)
+        if slab is not None:
+            chunk, t = slab, bucket_threads(slab, threads, forced_threads)
     smem = smem_chunked(chunk, t, varlen, rsv)
     if smem > limits.smem_static_bytes:
         return None
@@ -245,9 +269,15 @@ def test_smem_formulas_by_hand():
     assert smem_chunked(8192, 1024, False, 1024) == 34956
     assert smem_chunked(1024, 256, True, 0) == 1057 * 4 + 10 * 16 == 4388
     assert smem_chunked(2048, 1024, False, 1024) == 2113 * 4 + 136 + 1024 == 9612
-    # the small chunk at its default 512 threads: the same bytes as static bucket 2048
+    # each slab at its default threads (static_threads(slab, 1024): 256 / 512 / 1024):
+    # the same bytes as the static bucket of its size
+    assert smem_chunked(1024, 256, False, 1024) == 1057 * 4 + 40 + 1024 == 5292
+    assert smem_chunked(1024, 256, True, 1024) == 1057 * 4 + 160 + 1024 == 5412
     assert smem_chunked(2048, 512, False, 1024) == 2113 * 4 + 72 + 1024 == 9548
     assert smem_chunked(2048, 512, True, 1024) == 2113 * 4 + 288 + 1024 == 9764
+    assert smem_chunked(4096, 1024, False, 1024) == 4225 * 4 + 136 + 1024 == 18060
+    assert smem_chunked(4096, 1024, True, 1024) == 4225 * 4 + 544 + 1024 == 18468
+    assert smem_chunked(8192, 1024, True, 1024) == 8449 * 4 + 544 + 1024 == 35364
     # every formula, against tile_words, over a range
     for n in (1, 31, 32, 33, 1000, 1024, 4097, 8192, 12000):
         for t in (32, 256, 1024):
@@ -261,10 +291,16 @@ def test_smem_formulas_by_hand():
 
 
 def test_chunked_grid_by_hand():
-    assert (DEFAULT_CHUNK, SMALL_CHUNK) == (8192, 2048)
+    assert (DEFAULT_CHUNK, SLAB_SIZES) == (8192, SLABS) == (8192, (1024, 2048, 4096))
     # slabs = ceil(batch / chunk); at most min(slabs, sm_count, threads, 1024) blocks;
     # per = ceil(slabs / that) slabs per block; grid = ceil(slabs / per)
     assert chunked_grid(1, 8192, 132, 1024) == 1
+    assert chunked_grid(8193, 1024, 132, 256) == 9           # 8 * 1024 = 8192 < 8193
+    assert chunked_grid(135168, 1024, 132, 256) == 132       # 132 * 1024: one slab each
+    assert chunked_grid(135169, 2048, 132, 512) == 67        # 66 * 2048 = 135168 < 135169
+    assert chunked_grid(270337, 4096, 132, 1024) == 67       # 66 * 4096 = 270336 < 270337
+    assert chunked_grid(540672, 4096, 132, 1024) == 132      # 132 * 4096: one slab each
+    assert chunked_grid(540673, 8192, 132, 1024) == 67       # 66 * 8192 = 540672 < 540673
     assert chunked_grid(8193, 2048, 132, 512) == 5           # 4 * 2048 = 8192 < 8193
     assert chunked_grid(56068, 2048, 132, 512) == 28         # 27 * 2048 = 55296 < 56068
     assert chunked_grid(270336, 2048, 132, 512) == 132       # 132 * 2048: one slab each
@@ -280,6 +316,9 @@ def test_chunked_grid_by_hand():
     # the block size caps the grid (one polling thread per block): 256 -> per 8
     assert chunked_grid(2**24, 8192, 500, 256) == 256
     assert chunked_grid(2**24, 8192, 132, 32) == 32          # per 64
+    # slab 1024 at 256 threads on 2000 SMs: 2048000 = 2000 slabs, at most 256 blocks ->
+    # per = ceil(2000 / 256) = 8 (256 * 7 = 1792 < 2000), grid 2000 / 8 = 250
+    assert chunked_grid(2048000, 1024, 2000, 256) == 250
     # and 1024 blocks at most: 2048 slabs on 2000 SMs -> per 2
     assert chunked_grid(2**24, 8192, 2000, 1024) == 1024
     assert chunked_grid(2**24, 1024, 5000, 1024) == 1024     # 16384 slabs, per 16
@@ -307,6 +346,8 @@ def test_workspace_words_by_hand():
     assert workspace_words(1, 8192, True) == 4 + 8192 + 4 == 8200
     assert workspace_words(8193, 2048, False) == 4 + 8192 + 5 == 8201
     assert workspace_words(8193, 2048, True) == 4 + 8192 + 5 * 4 == 8216
+    assert workspace_words(8193, 1024, False) == 4 + 8192 + 9 == 8205
+    assert workspace_words(135168, 1024, True) == 4 + 8192 + 132 * 4 == 8724
     assert workspace_words(2**24, 8192, False) == 4 + 8192 + 2048 == 10244
     assert workspace_words(2**24, 8192, True) == 4 + 8192 + 2048 * 4 == 16388
     assert workspace_words(2**24 + 1, 8192, False) == 4 + 8192 + 2049 == 10245
@@ -361,37 +402,65 @@ def test_sm90_static_chunked_boundary(sm90, varlen):
     assert last.smem_static_bytes == (35364 if varlen else 34956)
     assert last.smem_dynamic_bytes == 0
     assert last.smem_static_bytes <= 48 * KIB
-    # 8193 <= 132 * 2048 = 270336: chunked with the small chunk of 2048 at
-    # static_threads(2048, 1024) = 512 threads; 4 * 2048 = 8192 < 8193 <= 5 * 2048: 5 slabs,
-    # one block each; 2113 * 4 + 72 (288) + 1024 = 9548 (9764) B
+    # 8193 <= 132 * 1024 = 135168: chunked with the smallest slab, 1024, at
+    # static_threads(1024, 1024) = 256 threads; 8 * 1024 = 8192 < 8193 <= 9 * 1024: 9 slabs,
+    # one block each; 1057 * 4 + 40 (160) + 1024 = 5292 (5412) B
     first = _plan(8193, sm90, varlen)
-    assert (first.variant, first.code.capacity, first.grid) == ("chunked", 2048, 5)
-    assert first.threads == first.code.threads == 512
-    assert first.smem_static_bytes == smem_chunked(2048, 512, varlen, 1024)
-    assert first.smem_static_bytes == (9764 if varlen else 9548)
+    assert (first.variant, first.code.capacity, first.grid) == ("chunked", 1024, 9)
+    assert first.threads == first.code.threads == 256
+    assert first.smem_static_bytes == smem_chunked(1024, 256, varlen, 1024)
+    assert first.smem_static_bytes == (5412 if varlen else 5292)
     assert first.smem_dynamic_bytes == 0
     assert "static" in last.reason
-    assert "5 cooperative block(s) over 5 slab(s) of 2048 elements" in first.reason
+    assert "9 cooperative block(s) over 9 slab(s) of 1024 elements" in first.reason
     assert "dynamic" not in first.reason
 
 
+# (last batch of a slab, its slab, threads, dense / varlen bytes, then the next batch's
+# chunk, threads, slabs, dense / varlen bytes) on sm_90, 132 SMs: a slab serves while every
+# SM's block gets at most one slab of it, so up to 132 * slab; the next batch needs 133
+# slabs of it and takes the next size: 132 * c = 66 * 2c, so 67 slabs of 2c, 67 blocks
+SM90_SLAB_EDGES = [
+    # 132 * 1024 = 135168; 1057 * 4 + 40 (160) + 1024 = 5292 (5412) B at 256 threads;
+    # 2113 * 4 + 72 (288) + 1024 = 9548 (9764) B at 512 threads
+    pytest.param(135168, 1024, 256, 5292, 5412, 2048, 512, 9548, 9764, id="1024-2048"),
+    # 132 * 2048 = 270336; 4225 * 4 + 136 (544) + 1024 = 18060 (18468) B at 1024 threads
+    pytest.param(270336, 2048, 512, 9548, 9764, 4096, 1024, 18060, 18468, id="2048-4096"),
+    # 132 * 4096 = 540672; the default chunk: 8449 * 4 + 136 (544) + 1024 = 34956 (35364) B
+    pytest.param(540672, 4096, 1024, 18060, 18468, 8192, 1024, 34956, 35364,
+                 id="4096-8192"),
+]
+
+
+@pytest.mark.parametrize("last_batch,slab,threads,dense_b,varlen_b,"
+                         "next_chunk,next_threads,next_dense_b,next_varlen_b", SM90_SLAB_EDGES)
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-def test_sm90_small_chunk_boundary(sm90, varlen):
-    # the small chunk serves while every SM's block gets at most one slab of 2048:
-    # 132 * 2048 = 270336 -> 132 slabs, 132 blocks (min(132, 132 SMs, 512, 1024))
-    last = _plan(270336, sm90, varlen)
-    assert (last.variant, last.code.capacity, last.threads, last.grid) \
-        == ("chunked", 2048, 512, 132)
-    assert last.smem_static_bytes == (9764 if varlen else 9548)  # 2113 * 4 + 72 (288) + 1024
-    # one more: the default chunk of 8192 at 1024 threads; 270336 = 33 * 8192, so 34 slabs
-    first = _plan(270337, sm90, varlen)
-    assert (first.variant, first.code.capacity, first.threads, first.grid) \
-        == ("chunked", 8192, 1024, 34)
-    # 8449 * 4 + 136 (544) + 1024 = 34956 (35364) B
-    assert first.smem_static_bytes == smem_chunked(8192, 1024, varlen, 1024)
-    assert first.smem_static_bytes == (35364 if varlen else 34956)
+def test_sm90_slab_boundaries(sm90, varlen, last_batch, slab, threads, dense_b, varlen_b,
+                              next_chunk, next_threads, next_dense_b, next_varlen_b):
+    assert last_batch == 132 * slab
+    # the last batch of the slab: 132 slabs, 132 blocks (min(132, 132 SMs, threads, 1024))
+    last = _plan(last_batch, sm90, varlen)
+    assert (last.variant, last.code.capacity, last.threads, last.code.threads, last.grid) \
+        == ("chunked", slab, threads, threads, 132)
+    assert last.smem_static_bytes == (varlen_b if varlen else dense_b)
+    assert last.smem_static_bytes == smem_chunked(slab, threads, varlen, 1024)
+    assert last.smem_dynamic_bytes == 0
+    assert f"132 cooperative block(s) over 132 slab(s) of {slab} elements" in last.reason
+    # one more: 133 slabs of the slab would leave a block two; the next size (67 slabs)
+    first = _plan(last_batch + 1, sm90, varlen)
+    assert (first.variant, first.code.capacity, first.threads, first.code.threads,
+            first.grid) == ("chunked", next_chunk, next_threads, next_threads, 67)
+    assert first.smem_static_bytes == (next_varlen_b if varlen else next_dense_b)
+    assert first.smem_static_bytes == smem_chunked(next_chunk, next_threads, varlen, 1024)
     assert first.smem_dynamic_bytes == 0
-    assert "34 cooperative block(s) over 34 slab(s) of 8192 elements" in first.reason
+    assert f"67 cooperative block(s) over 67 slab(s) of {next_chunk} elements" in first.reason
+    # both sides against the documented policy (the grid too)
+    for p in (last, first):
+        assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == expected_chunked(p.batch, sm90, 1024, varlen), p.batch
+    # the half-way point of the next size is still on it: 132 * 1.5 slab
+    mid = _plan(last_batch + last_batch // 2, sm90, varlen)
+    assert (mid.code.capacity, mid.threads) == (next_chunk, next_threads)
 
 
 @pytest.mark.parametrize("varlen,largest", [(False, 56067), (True, 55970)],
@@ -404,11 +473,12 @@ def test_sm90_forced_dynamic_limit(sm90, varlen, largest):
     assert largest_dynamic_batch(sm90, DEFAULT_THREADS, varlen) == largest
     assert largest_tile((sm90.smem_optin_bytes - (1568 if varlen else 1168)) // WORD) \
         == largest
-    # unforced, neither side of the dynamic limit is dynamic: 27 * 2048 = 55296 < b
-    # <= 28 * 2048 = 57344: 28 slabs of 2048, one block each
+    # unforced, neither side of the dynamic limit is dynamic: b <= 132 * 1024, so slab
+    # 1024 at 256 threads; 54 * 1024 = 55296 < b <= 55 * 1024 = 56320: 55 slabs, one
+    # block each
     for batch in (largest, largest + 1):
         p = _plan(batch, sm90, varlen)
-        assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 2048, 512, 28)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 1024, 256, 55)
     with envs.override(JITMETA_VARIANT="dynamic"):
         first = _plan(8193, sm90, varlen)
         assert (first.variant, first.code.capacity, first.grid) == ("dynamic", 0, 1)
@@ -453,18 +523,24 @@ def test_sm90_static_buckets(sm90, varlen):
 
 @pytest.mark.parametrize("forced", [128, 512, 1024])
 def test_threads_override_applies_to_every_static_bucket(sm90, forced):
-    """JITMETA_THREADS replaces static_threads in every bucket (and both chunks)."""
+    """JITMETA_THREADS replaces static_threads in every bucket (and every slab and the
+    default chunk)."""
     with envs.override(JITMETA_THREADS=forced):
         for batch, cap, *_ in SM90_BUCKETS:
             for varlen in (False, True):
                 p = _plan(batch, sm90, varlen)
                 assert (p.variant, p.code.capacity, p.threads) == ("static", cap, forced)
                 assert p.smem_static_bytes == smem_static(cap, forced, varlen, 1024)
-        p = _plan(8193, sm90)      # the small chunk: static_threads(2048) = 512 unless set
-        assert (p.variant, p.code.capacity, p.threads) == ("chunked", 2048, forced)
-        assert p.smem_static_bytes == smem_chunked(2048, forced, False, 1024)
-        p = _plan(10**6, sm90)     # the default chunk
-        assert (p.variant, p.code.capacity, p.threads) == ("chunked", 8192, forced)
+        # the slabs (static_threads: 256 / 512 / 1024 unless set) keep their ranges:
+        # 8193 and 135168 <= 132 * 1024; 135169 and 270336 <= 132 * 2048; 270337 and
+        # 540672 <= 132 * 4096; 540673 and 10**6 on the default chunk
+        for batch, chunk in ((8193, 1024), (135168, 1024), (135169, 2048), (270336, 2048),
+                             (270337, 4096), (540672, 4096), (540673, 8192),
+                             (10**6, 8192)):
+            p = _plan(batch, sm90)
+            assert (p.variant, p.code.capacity, p.threads) == ("chunked", chunk, forced), \
+                batch
+            assert p.smem_static_bytes == smem_chunked(chunk, forced, False, 1024), batch
     # 1024 on the 1024 bucket: 1057 * 4 + 136 + 1024 = 5388 B (the default there is 5292 B)
     with envs.override(JITMETA_THREADS=1024):
         assert _plan(100, sm90).smem_static_bytes == 5388
@@ -472,16 +548,24 @@ def test_threads_override_applies_to_every_static_bucket(sm90, forced):
 
 
 # (batch, chunk, threads, slabs, grid, dense bytes, varlen bytes) on sm_90 (132 SMs):
-# chunk 2048 (512 threads: 2113 * 4 + 72 (288) + 1024 B) up to 132 * 2048 = 270336,
-# then 8192 (1024 threads: 8449 * 4 + 136 (544) + 1024 B);
+# slab 1024 (256 threads: 1057 * 4 + 40 (160) + 1024 B) up to 132 * 1024 = 135168,
+# slab 2048 (512 threads: 2113 * 4 + 72 (288) + 1024 B) up to 132 * 2048 = 270336,
+# slab 4096 (1024 threads: 4225 * 4 + 136 (544) + 1024 B) up to 132 * 4096 = 540672,
+# then the default 8192 (1024 threads: 8449 * 4 + 136 (544) + 1024 B);
 # grid = ceil(slabs / per), per = ceil(slabs / min(slabs, 132, threads, 1024))
 SM90_CHUNKED = [
-    (8193, 2048, 512, 5, 5, 9548, 9764),            # 4 * 2048 = 8192 < 8193
-    (56068, 2048, 512, 28, 28, 9548, 9764),         # 27 * 2048 = 55296 < 56068 <= 57344
-    (57820, 2048, 512, 29, 29, 9548, 9764),         # 57344 < 57820 <= 29 * 2048 = 59392
-    (65536, 2048, 512, 32, 32, 9548, 9764),         # 65536 / 2048
+    (8193, 1024, 256, 9, 9, 5292, 5412),            # 8 * 1024 = 8192 < 8193
+    (56068, 1024, 256, 55, 55, 5292, 5412),         # 54 * 1024 = 55296 < 56068 <= 56320
+    (57820, 1024, 256, 57, 57, 5292, 5412),         # 57344 < 57820 <= 57 * 1024 = 58368
+    (65536, 1024, 256, 64, 64, 5292, 5412),         # 65536 / 1024
+    (135168, 1024, 256, 132, 132, 5292, 5412),      # 132 * 1024: one slab per SM
+    (135169, 2048, 512, 67, 67, 9548, 9764),        # 66 * 2048 = 135168 < 135169
+    (200000, 2048, 512, 98, 98, 9548, 9764),        # 97 * 2048 = 198656 < 200000 <= 200704
     (270336, 2048, 512, 132, 132, 9548, 9764),      # 132 * 2048: one slab per SM
-    (270337, 8192, 1024, 34, 34, 34956, 35364),     # 33 * 8192 = 270336 < 270337
+    (270337, 4096, 1024, 67, 67, 18060, 18468),     # 66 * 4096 = 270336 < 270337
+    (400000, 4096, 1024, 98, 98, 18060, 18468),     # 97 * 4096 = 397312 < 400000 <= 401408
+    (540672, 4096, 1024, 132, 132, 18060, 18468),   # 132 * 4096: one slab per SM
+    (540673, 8192, 1024, 67, 67, 34956, 35364),     # 66 * 8192 = 540672 < 540673
     (2**20, 8192, 1024, 128, 128, 34956, 35364),    # 2**20 / 8192 = 128 <= 132
     (2**24, 8192, 1024, 2048, 128, 34956, 35364),   # per 16 (1980 < 2048 <= 2112); 2048 / 16
     (2**24 + 1, 8192, 1024, 2049, 129, 34956, 35364),  # per 16; 16 * 128 = 2048 < 2049
@@ -503,29 +587,43 @@ def test_chunked_grid_for_huge_batches(sm90, varlen):
 
 
 def test_chunked_plan_follows_the_device_sm_count():
-    # 78 SMs: the small chunk up to 78 * 2048 = 159744 (78 slabs, 78 blocks); 159745 takes
-    # the default chunk: 19 * 8192 = 155648 < 159745 <= 163840 -> 20 slabs, 20 blocks
+    # 78 SMs: slab 2048 up to 78 * 2048 = 159744 (78 slabs, 78 blocks); 159745 takes
+    # slab 4096 (up to 78 * 4096 = 319488): 39 * 4096 = 159744 < 159745 -> 40 slabs, 40
+    # blocks (before the slabs, the default chunk: 19 * 8192 = 155648 < 159745, 20 slabs)
     lim = limits_for_arch("sm_90", 78)
     assert (_plan(159744, lim).code.capacity, _plan(159744, lim).grid) == (2048, 78)
     p = _plan(159745, lim)
-    assert (p.code.capacity, p.threads, p.grid) == (8192, 1024, 20)
+    assert (p.code.capacity, p.threads, p.grid) == (4096, 1024, 40)
     # 2**24: per = ceil(2048 / 78) = 27, grid = ceil(2048 / 27) = 76 (27 * 75 = 2025 < 2048)
     assert _plan(2**24, lim).grid == 76
-    # 4 SMs: 4 * 2048 = 8192, so no batch past the static buckets takes the small chunk;
-    # 8193 -> 2 slabs of 8192, 2 blocks
+    # 4 SMs: 4 * 1024 = 4096 and 4 * 2048 = 8192, so no batch past the static buckets
+    # takes slab 1024 or 2048; 8193 <= 4 * 4096 = 16384 takes slab 4096: 2 * 4096 = 8192
+    # < 8193 -> 3 slabs, 3 blocks; 16385 takes the default chunk: 3 slabs of 8192
     lim = limits_for_arch("sm_90", 4)
     p = _plan(8193, lim)
-    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 8192, 1024, 2)
+    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 4096, 1024, 3)
+    p = _plan(16384, lim)
+    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 4096, 1024, 4)
+    p = _plan(16385, lim)
+    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 8192, 1024, 3)
     assert _plan(2**24, lim).grid == 4                  # per = 2048 / 4 = 512
-    # one SM: one block however large the batch
+    # one SM: 1 * 4096 < 8193, so no slab; one block however large the batch
     lim = limits_for_arch("sm_90", 1)
     assert (_plan(8193, lim).code.capacity, _plan(8193, lim).grid) == (8192, 1)
     assert _plan(2**24, lim).grid == 1
-    # 2000 SMs: the small chunk up to 2000 * 2048 = 4096000: 2000 slabs, at most 512
-    # blocks (its 512 threads): per = ceil(2000 / 512) = 4, grid = 2000 / 4 = 500
+    # 2000 SMs: slab 1024 up to 2000 * 1024 = 2048000: 2000 slabs, at most 256 blocks (its
+    # 256 threads): per = ceil(2000 / 256) = 8 (256 * 7 = 1792 < 2000), grid 2000 / 8 = 250
     lim = limits_for_arch("sm_90", 2000)
+    p = _plan(2048000, lim)
+    assert (p.code.capacity, p.threads, p.grid) == (1024, 256, 250)
+    # slab 2048 up to 2000 * 2048 = 4096000: 2000 slabs, at most 512 blocks (its 512
+    # threads): per = ceil(2000 / 512) = 4, grid = 2000 / 4 = 500
     p = _plan(4096000, lim)
     assert (p.code.capacity, p.threads, p.grid) == (2048, 512, 500)
+    # slab 4096 up to 2000 * 4096 = 8192000: 2000 slabs, at most 1024 blocks: per 2,
+    # grid 1000
+    p = _plan(8192000, lim)
+    assert (p.code.capacity, p.threads, p.grid) == (4096, 1024, 1000)
     # 2**24 on 2000 SMs: 2048 slabs of 8192, at most 1024 blocks -> per 2, grid 1024
     p = _plan(2**24, lim)
     assert (p.code.capacity, p.threads, p.grid) == (8192, 1024, 1024)
@@ -535,15 +633,85 @@ def test_chunked_plan_follows_the_device_sm_count():
         assert (p.code.capacity, p.grid, p.num_sms) == (8192, 76, num_sms)
 
 
+# (sm_count, [(batch, chunk, threads, slabs, grid)]) on hand-built sm_90 devices (1 KiB
+# reserved, 48 KiB static: the bytes of each (chunk, threads) are those of sm_90:
+# 1024 / 256 -> 5292 (5412), 2048 / 512 -> 9548 (9764), 4096 / 1024 -> 18060 (18468),
+# 8192 / 1024 -> 34956 (35364) B); a slab serves up to sm_count * slab;
+# grid = ceil(slabs / per), per = ceil(slabs / min(slabs, sm_count, threads, 1024))
+SLAB_BYTES = {(1024, 256): (5292, 5412), (2048, 512): (9548, 9764),
+              (4096, 1024): (18060, 18468), (8192, 1024): (34956, 35364)}
+DEVICE_SLAB_EDGES = [
+    pytest.param(78, [
+        (8193, 1024, 256, 9, 9),            # 8 * 1024 = 8192 < 8193
+        (79872, 1024, 256, 78, 78),         # 78 * 1024: one slab per SM
+        (79873, 2048, 512, 40, 40),         # 39 * 2048 = 79872 < 79873
+        (159744, 2048, 512, 78, 78),        # 78 * 2048
+        (159745, 4096, 1024, 40, 40),       # 39 * 4096 = 159744 < 159745
+        (319488, 4096, 1024, 78, 78),       # 78 * 4096
+        (319489, 8192, 1024, 40, 40),       # 39 * 8192 = 319488 < 319489
+        # 2048 slabs: per = ceil(2048 / 78) = 27 (78 * 26 = 2028 < 2048), 2048 / 27 -> 76
+        (2**24, 8192, 1024, 2048, 76),
+    ], id="78-sms"),
+    pytest.param(300, [
+        (8193, 1024, 256, 9, 9),
+        # 257 slabs of 1024 need 257 blocks but its 256 threads allow 256: per 2, grid
+        # ceil(257 / 2) = 129
+        (263168, 1024, 256, 257, 129),      # 257 * 1024
+        # 300 * 1024 = 307200: 300 slabs, per = ceil(300 / 256) = 2, grid 150
+        (307200, 1024, 256, 300, 150),
+        (307201, 2048, 512, 151, 151),      # 150 * 2048 = 307200 < 307201
+        (614400, 2048, 512, 300, 300),      # 300 * 2048: 300 <= 512 blocks
+        (614401, 4096, 1024, 151, 151),     # 150 * 4096 = 614400 < 614401
+        (1228800, 4096, 1024, 300, 300),    # 300 * 4096
+        (1228801, 8192, 1024, 151, 151),    # 150 * 8192 = 1228800 < 1228801
+        # 2048 slabs: per = ceil(2048 / 300) = 7 (300 * 6 = 1800 < 2048), grid
+        # ceil(2048 / 7) = 293 (7 * 292 = 2044 < 2048)
+        (2**24, 8192, 1024, 2048, 293),
+    ], id="300-sms"),
+    pytest.param(5, [
+        # 5 * 1024 = 5120 and 5 * 2048 = 10240: 8193 takes slab 2048 (slab 1024 would
+        # need 9 > 5 slabs): 4 * 2048 = 8192 < 8193 -> 5 slabs
+        (8193, 2048, 512, 5, 5),
+        (10240, 2048, 512, 5, 5),           # 5 * 2048
+        (10241, 4096, 1024, 3, 3),          # 2 * 4096 = 8192 < 10241 <= 12288
+        (20480, 4096, 1024, 5, 5),          # 5 * 4096
+        (20481, 8192, 1024, 3, 3),          # 2 * 8192 = 16384 < 20481 <= 24576
+        (2**24, 8192, 1024, 2048, 5),       # per = ceil(2048 / 5) = 410, 2048 / 410 -> 5
+    ], id="5-sms"),
+]
+
+
+@pytest.mark.parametrize("sm_count,rows", DEVICE_SLAB_EDGES)
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_slab_boundaries_follow_the_device_sm_count(sm_count, rows, varlen):
+    lim = limits_for_arch("sm_90", sm_count)
+    assert lim.sm_count == sm_count
+    for batch, chunk, threads, slabs, grid in rows:
+        p = _plan(batch, lim, varlen)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) \
+            == ("chunked", chunk, threads, grid), batch
+        assert p.smem_static_bytes == SLAB_BYTES[chunk, threads][varlen], batch
+        assert p.smem_dynamic_bytes == 0, batch
+        assert (f"{grid} cooperative block(s) over {slabs} slab(s) of {chunk} elements"
+                in p.reason), (batch, p.reason)
+        assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == expected_chunked(batch, lim, 1024, varlen), batch
+        # the plan's own SM count moves nothing
+        q = _plan(batch, lim, varlen, num_sms=7)
+        assert (q.code, q.grid) == (p.code, p.grid), batch
+
+
 def test_next_n_and_num_sms_do_not_change_boundaries(sm90):
     for next_n in (1, 2, 3, 6):
         for num_sms in (1, 132, 4096):
             got = [(p.variant, p.code.capacity) for p in
                    (_plan(b, sm90, False, next_n, num_sms)
-                    for b in (8192, 8193, 56067, 56068, 270336, 270337))]
-            assert got == [("static", 8192), ("chunked", 2048), ("chunked", 2048),
-                           ("chunked", 2048), ("chunked", 2048), ("chunked", 8192)], \
-                (next_n, num_sms)
+                    for b in (8192, 8193, 56067, 56068, 135168, 135169, 270336, 270337,
+                              540672, 540673))]
+            assert got == [("static", 8192), ("chunked", 1024), ("chunked", 1024),
+                           ("chunked", 1024), ("chunked", 1024), ("chunked", 2048),
+                           ("chunked", 2048), ("chunked", 4096), ("chunked", 4096),
+                           ("chunked", 8192)], (next_n, num_sms)
 
 
 # --- boundaries for hand-built limits ----------------------------------------------------
@@ -562,22 +730,30 @@ HAND_LIMITS = [
         # varlen: static part 544;          W = (166912 - 544) / 4 = 41592;
         #        40331 + 1260 + 1 = 41592, 40332 -> 41593
         (8192, 40428), (8192, 40331),
-        # chunk 2048 (512 threads): 2113 * 4 + 72 (288) = 8524 (8740) B up to
-        # 108 * 2048 = 221184 (= 27 * 8192); then 8192 (1024 threads): 33932 (34340) B;
+        # no reserved bytes: slab 1024 (256 threads): 1057 * 4 + 40 (160) = 4268 (4388) B
+        # up to 108 * 1024 = 110592; slab 2048 (512 threads): 2113 * 4 + 72 (288) = 8524
+        # (8740) B up to 108 * 2048 = 221184; slab 4096 (1024 threads): 4225 * 4 + 136
+        # (544) = 17036 (17444) B up to 108 * 4096 = 442368; then 8192 (1024 threads):
+        # 33932 (34340) B; one past each edge: 54 slabs of the slab + 1 -> 55 of the next;
         # 2**24: 2048 slabs, per = ceil(2048 / 108) = 19 (1944 < 2048 <= 2052),
         # grid = ceil(2048 / 19) = 108 (19 * 107 = 2033 < 2048)
-        [(8193, 2048, 512, 8524, 8740, 5), (221184, 2048, 512, 8524, 8740, 108),
-         (221185, 8192, 1024, 33932, 34340, 28), (2**24, 8192, 1024, 33932, 34340, 108)],
+        [(8193, 1024, 256, 4268, 4388, 9), (110592, 1024, 256, 4268, 4388, 108),
+         (110593, 2048, 512, 8524, 8740, 55), (221184, 2048, 512, 8524, 8740, 108),
+         (221185, 4096, 1024, 17036, 17444, 55), (442368, 4096, 1024, 17036, 17444, 108),
+         (442369, 8192, 1024, 33932, 34340, 55), (2**24, 8192, 1024, 33932, 34340, 108)],
         id="a100"),
     pytest.param(
         DeviceLimits("sm_89", 128, smem_optin_bytes=101376, smem_reserved_bytes=0), {},
         # dense: W = (101376 - 144) / 4 = 25308; 24541 + 766 + 1 = 25308, 24542 -> 25309
         # varlen: W = (101376 - 544) / 4 = 25208; 24444 + 763 + 1 = 25208, 24445 -> 25209
         (8192, 24541), (8192, 24444),
-        # chunk 2048 up to 128 * 2048 = 262144 = 32 * 8192; 262145 -> 33 slabs of 8192;
+        # bytes as a100; slab 1024 up to 128 * 1024 = 131072, 2048 up to 262144, 4096 up
+        # to 524288; one past each edge: 64 slabs of the slab + 1 -> 65 of the next;
         # 2**24: 2048 slabs, per 16, grid 128
-        [(8193, 2048, 512, 8524, 8740, 5), (262144, 2048, 512, 8524, 8740, 128),
-         (262145, 8192, 1024, 33932, 34340, 33), (2**24, 8192, 1024, 33932, 34340, 128)],
+        [(8193, 1024, 256, 4268, 4388, 9), (131072, 1024, 256, 4268, 4388, 128),
+         (131073, 2048, 512, 8524, 8740, 65), (262144, 2048, 512, 8524, 8740, 128),
+         (262145, 4096, 1024, 17036, 17444, 65), (524288, 4096, 1024, 17036, 17444, 128),
+         (524289, 8192, 1024, 33932, 34340, 65), (2**24, 8192, 1024, 33932, 34340, 128)],
         id="l40s"),
     pytest.param(
         DeviceLimits("sm_90", 16, smem_static_bytes=16 * KIB, smem_optin_bytes=64 * KIB),
@@ -587,13 +763,27 @@ HAND_LIMITS = [
         # dense: W = (65536 - 1168) / 4 = 16092; 15604 + 487 + 1 = 16092, 15605 -> 16093
         # varlen: W = (65536 - 1568) / 4 = 15992; 15507 + 484 + 1 = 15992, 15508 -> 15993
         (2048, 15604), (2048, 15507),
-        # JITMETA_CHUNK=2048 as given, at the default 1024 threads (no small-chunk switch):
+        # JITMETA_CHUNK=2048 as given, at the default 1024 threads (no slab switch):
         # 2113 * 4 + 136 (544) + 1024 = 9612 (10020) B <= 16384; 2049 -> 2 slabs;
         # 16 * 2048 = 32768 -> 16 blocks; 32769 -> 17 slabs, per 2, grid ceil(17 / 2) = 9;
         # 2**24: 8192 slabs, per 512, grid 16
         [(2049, 2048, 1024, 9612, 10020, 2), (32768, 2048, 1024, 9612, 10020, 16),
          (32769, 2048, 1024, 9612, 10020, 9), (2**24, 2048, 1024, 9612, 10020, 16)],
         id="small-smem"),
+    pytest.param(
+        DeviceLimits("sm_90", 16, smem_static_bytes=16 * KIB, smem_optin_bytes=64 * KIB),
+        {},
+        # as small-smem, without JITMETA_CHUNK: the default chunk halves 8192 (34956 /
+        # 35364 B) -> 4096 (4225 * 4 + 136 (544) + 1024 = 18060 (18468) B > 16384) ->
+        # 2048 (9612 (10020) B <= 16384); the only slab below 2048 is 1024 (256
+        # threads): 1057 * 4 + 40 (160) + 1024 = 5292 (5412) B, up to 16 * 1024 = 16384;
+        # past it the halved default chunk at the default 1024 threads: 9612 (10020) B
+        (2048, 15604), (2048, 15507),
+        # 2049 -> 3 slabs of 1024 (2048 < 2049 <= 3072); 16384 -> 16; 16385 -> 9 of 2048
+        # (8 * 2048 = 16384); 2**24: 8192 slabs of 2048, per 512, grid 16
+        [(2049, 1024, 256, 5292, 5412, 3), (16384, 1024, 256, 5292, 5412, 16),
+         (16385, 2048, 1024, 9612, 10020, 9), (2**24, 2048, 1024, 9612, 10020, 16)],
+        id="small-smem-default-chunk"),
     pytest.param(
         DeviceLimits("sm_90", 132), {"JITMETA_THREADS": 256},
         # 256 threads everywhere: scratch 40 B (dense) / 160 B (varlen);
@@ -603,21 +793,29 @@ HAND_LIMITS = [
         # varlen: ceil16(1184) = 1184; W = (232448 - 1184) / 4 = 57816;
         #        56063 + 1751 + 1 = 57815 (4 B to spare), 56064 + 1752 + 1 = 57817 > W
         (8192, 56091), (8192, 56063),
-        # chunk 2048 keeps the forced 256 threads: 2113 * 4 + 40 (160) + 1024 = 9516
-        # (9636) B up to 270336; then 8192: 34860 (34980) B, 34 slabs; 2**24: grid 128
-        [(8193, 2048, 256, 9516, 9636, 5), (270336, 2048, 256, 9516, 9636, 132),
-         (270337, 8192, 256, 34860, 34980, 34), (2**24, 8192, 256, 34860, 34980, 128)],
+        # every slab keeps the forced 256 threads: 1024: 1057 * 4 + 40 (160) + 1024 =
+        # 5292 (5412) B up to 135168; 2048: 2113 * 4 + 40 (160) + 1024 = 9516 (9636) B
+        # up to 270336; 4096: 4225 * 4 + 40 (160) + 1024 = 17964 (18084) B up to 540672;
+        # then 8192: 34860 (34980) B; 67 slabs past each edge; 2**24: grid 128
+        [(8193, 1024, 256, 5292, 5412, 9), (135168, 1024, 256, 5292, 5412, 132),
+         (135169, 2048, 256, 9516, 9636, 67), (270336, 2048, 256, 9516, 9636, 132),
+         (270337, 4096, 256, 17964, 18084, 67), (540672, 4096, 256, 17964, 18084, 132),
+         (540673, 8192, 256, 34860, 34980, 67), (2**24, 8192, 256, 34860, 34980, 128)],
         id="256-threads"),
     pytest.param(
         DeviceLimits("sm_90", 600), {"JITMETA_THREADS": 256},
         # as 256-threads (the SM count moves no smem figure), but the block size caps
         # the grid before the SMs do: at most 256 blocks.
         (8192, 56091), (8192, 56063),
-        # chunk 2048 up to 600 * 2048 = 1228800: 600 slabs, per = ceil(600 / 256) = 3,
-        # grid 200; 1228801: 1228800 = 150 * 8192 -> 151 slabs of 8192, 151 blocks;
+        # slab 1024 up to 600 * 1024 = 614400: 600 slabs, per = ceil(600 / 256) = 3,
+        # grid 200; 614401: 614400 = 300 * 2048 -> 301 slabs of 2048, per 2, grid
+        # ceil(301 / 2) = 151; likewise 2048 up to 1228800, 4096 up to 2457600 (600
+        # slabs, 200 blocks) and 301 slabs, 151 blocks one past each;
         # 2**24: 2048 slabs, per 8, grid 256
-        [(8193, 2048, 256, 9516, 9636, 5), (1228800, 2048, 256, 9516, 9636, 200),
-         (1228801, 8192, 256, 34860, 34980, 151), (2**24, 8192, 256, 34860, 34980, 256)],
+        [(8193, 1024, 256, 5292, 5412, 9), (614400, 1024, 256, 5292, 5412, 200),
+         (614401, 2048, 256, 9516, 9636, 151), (1228800, 2048, 256, 9516, 9636, 200),
+         (1228801, 4096, 256, 17964, 18084, 151), (2457600, 4096, 256, 17964, 18084, 200),
+         (2457601, 8192, 256, 34860, 34980, 151), (2**24, 8192, 256, 34860, 34980, 256)],
         id="600-sms-256-threads"),
     pytest.param(
         DeviceLimits("sm_90", 132, max_threads_per_block=512), {},
@@ -628,10 +826,14 @@ HAND_LIMITS = [
         # varlen: ceil16(288 + 1024) = 1312; W = (232448 - 1312) / 4 = 57784;
         #        56032 + 1751 + 1 = 57784, 56033 -> 57785
         (8192, 56083), (8192, 56032),
-        # chunk 2048 at static_threads(2048, 512) = 512: 9548 (9764) B; chunk 8192 at
-        # 512 threads: 34892 (35108) B
-        [(8193, 2048, 512, 9548, 9764, 5), (270336, 2048, 512, 9548, 9764, 132),
-         (270337, 8192, 512, 34892, 35108, 34), (2**24, 8192, 512, 34892, 35108, 128)],
+        # slab 1024 at static_threads(1024, 512) = 256: 5292 (5412) B; slab 2048 at
+        # static_threads(2048, 512) = 512: 9548 (9764) B; slab 4096 at
+        # static_threads(4096, 512) = 512: 4225 * 4 + 72 (288) + 1024 = 17996 (18212) B;
+        # chunk 8192 at 512 threads: 34892 (35108) B; edges as on sm_90 (132 SMs)
+        [(8193, 1024, 256, 5292, 5412, 9), (135168, 1024, 256, 5292, 5412, 132),
+         (135169, 2048, 512, 9548, 9764, 67), (270336, 2048, 512, 9548, 9764, 132),
+         (270337, 4096, 512, 17996, 18212, 67), (540672, 4096, 512, 17996, 18212, 132),
+         (540673, 8192, 512, 34892, 35108, 67), (2**24, 8192, 512, 34892, 35108, 128)],
         id="512-thread-device"),
 ]
 
@@ -668,6 +870,8 @@ def test_hand_built_limits_boundaries(limits, knobs, dense, varlen_bounds, chunk
             assert p.smem_static_bytes <= limits.smem_static_bytes, batch
             assert p.smem_dynamic_bytes == 0, batch
             assert p.grid == expected_grid(batch, chunk, limits.sm_count, t), batch
+            assert (chunk, t, p.smem_static_bytes, p.grid) == expected_chunked(
+                batch, limits, threads, varlen, forced, knobs.get("JITMETA_CHUNK")), batch
         for batch in (dynamic_max, dynamic_max + 1):
             assert _plan(batch, limits, varlen).variant == "chunked", batch
     # forced, dynamic serves up to its opt-in limit as before
@@ -695,14 +899,17 @@ def test_planner_respects_max_threads_per_block():
     assert p.threads <= 256
     assert p.threads == static_threads(1024, 256) == 256
     assert p.smem_static_bytes <= lim.smem_static_bytes
-    for batch in (1, 2048, 4096, 8192, 8193, 10**6):  # every bucket, both chunks
+    # every bucket, every slab (132 * 1024 = 135168, 132 * 2048 = 270336, 132 * 4096 =
+    # 540672) and the default chunk: static_threads(c, 256) = 256 for all
+    for batch in (1, 2048, 4096, 8192, 8193, 200000, 400000, 10**6):
         assert _plan(batch, lim).threads == 256, batch
-    assert (_plan(8193, lim).code.capacity, _plan(10**6, lim).code.capacity) == (2048, 8192)
+    assert [_plan(b, lim).code.capacity for b in (8193, 200000, 400000, 10**6)] \
+        == [1024, 2048, 4096, 8192]
     with envs.override(JITMETA_VARIANT="dynamic"):
         assert _plan(8193, lim).threads == 256
     # a limit that is not a multiple of 32 rounds down to whole warps: 100 -> 96
     odd = DeviceLimits("sm_90", 132, max_threads_per_block=100)
-    for batch in (1, 8192, 8193, 10**6):
+    for batch in (1, 8192, 8193, 200000, 400000, 10**6):
         assert _plan(batch, odd).threads == 96, batch
 
 
@@ -722,7 +929,8 @@ def _random_limits(rng: random.Random) -> DeviceLimits:
 def test_plan_never_exceeds_limits_property():
     rng = random.Random(SEED)
     outcomes = {"static": 0, "dynamic": 0, "chunked": 0, "error": 0}
-    small_chunk = forced_variant = 0  # plans on the 2048 chunk; plans with a forced variant
+    on_slab = dict.fromkeys(SLABS, 0)  # plans on each slab (no JITMETA_CHUNK)
+    default_chunks = forced_variant = 0  # plans on the default chunk; with a forced variant
     for case in range(3000):
         limits = _random_limits(rng)
         knobs = {}
@@ -788,11 +996,23 @@ def test_plan_never_exceeds_limits_property():
                 == smem_dynamic(batch, threads, varlen, rsv), note
         else:
             chunk = p.code.capacity
+            slabs = -(-batch // chunk)
             if "JITMETA_CHUNK" in knobs:
                 assert chunk == knobs["JITMETA_CHUNK"] and p.threads == threads, note
-            elif chunk == 2048 and p.threads == bucket_threads(2048, threads, forced):
-                small_chunk += 1
-            slabs = -(-batch // chunk)
+            elif chunk == default_chunk(eff, threads, varlen):
+                # no slab: every slab below the default chunk would leave some SM's
+                # block more than one
+                assert p.threads == threads, note
+                assert all(-(-batch // c) > limits.sm_count for c in SLABS if c < chunk), note
+                default_chunks += 1
+            else:
+                # a slab below the default chunk that gives no SM's block two, the
+                # smallest such, at its bucket's threads
+                assert chunk in SLABS and chunk < default_chunk(eff, threads, varlen), note
+                assert slabs <= limits.sm_count, note
+                assert all(-(-batch // c) > limits.sm_count for c in SLABS if c < chunk), note
+                assert p.threads == bucket_threads(chunk, threads, forced), note
+                on_slab[chunk] += 1
             # at most one block per SM, per thread of a block and 1024; none idle
             assert 1 <= p.grid <= min(slabs, limits.sm_count, p.threads, 1024), note
             per = -(-slabs // p.grid)
@@ -800,10 +1020,11 @@ def test_plan_never_exceeds_limits_property():
             assert f"over {slabs} slab(s) of {chunk} elements" in p.reason, note
             assert p.smem_static_bytes == smem_chunked(chunk, p.threads, varlen, rsv), note
             assert p.smem_dynamic_bytes == 0, note
-    print(f"{SEED_NOTE}: outcomes {outcomes}, small chunk {small_chunk}, "
-          f"forced {forced_variant}")
+    print(f"{SEED_NOTE}: outcomes {outcomes}, slabs {on_slab}, default chunk "
+          f"{default_chunks}, forced {forced_variant}")
     assert min(outcomes.values()) > 0, f"{SEED_NOTE}: sweep missed an outcome {outcomes}"
-    assert small_chunk > 0 and forced_variant > 0, SEED_NOTE
+    assert min(on_slab.values()) > 0, f"{SEED_NOTE}: sweep missed a slab {on_slab}"
+    assert default_chunks > 0 and forced_variant > 0, SEED_NOTE
 
 
 # --- env overrides -----------------------------------------------------------------------
@@ -826,13 +1047,16 @@ def test_forced_variants(sm90):
     # unforced, the same batches never take dynamic
     assert (_plan(1, sm90).variant, _plan(56067, sm90).variant) == ("static", "chunked")
     with envs.override(JITMETA_VARIANT="chunked"):
-        # 1 <= 132 * 2048: the small chunk, 512 threads, one slab: 2113 * 4 + 72 + 1024
+        # 1 <= 132 * 1024: slab 1024, 256 threads, one slab: 1057 * 4 + 40 + 1024
         p = _plan(1, sm90)
-        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 1, 2048, 512)
-        assert p.smem_static_bytes == 9548
+        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 1, 1024, 256)
+        assert p.smem_static_bytes == 5292
         assert "JITMETA_VARIANT" in p.reason
-        p = _plan(8192, sm90)    # a static batch: 4 slabs of 2048, 4 blocks
-        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 4, 2048, 512)
+        p = _plan(8192, sm90)    # a static batch: 8 slabs of 1024, 8 blocks
+        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 8, 1024, 256)
+        # 132 * 1024 < 200000 <= 132 * 2048: slab 2048; 97 * 2048 = 198656 < 200000: 98
+        p = _plan(200000, sm90)
+        assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 98, 2048, 512)
         # 2048 slabs of 8192 on 132 SMs: per 16, grid 128
         p = _plan(2**24, sm90, varlen=True)
         assert (p.grid, p.code.capacity, p.threads, p.smem_static_bytes) \
@@ -876,22 +1100,34 @@ def test_threads_override(sm90):
     p = _plan(5000, sm90)
     assert (p.threads, p.smem_static_bytes) == (1024, 34956)
     with envs.override(JITMETA_THREADS=512):
-        assert _plan(100000, sm90).threads == 512  # chunk 2048 (its default is 512 too)
-        assert _plan(10000, sm90).threads == 512   # chunk 2048
+        assert _plan(200000, sm90).threads == 512  # slab 2048 (its default is 512 too)
+        assert _plan(100000, sm90).threads == 512  # slab 1024 (default 256)
+        assert _plan(10000, sm90).threads == 512   # slab 1024
+        assert _plan(400000, sm90).threads == 512  # slab 4096 (default 1024)
         assert _plan(100, sm90).threads == 512     # static bucket 1024 (default 256)
+        # slab 1024 at 512 threads: 1057 * 4 + 72 + 1024 = 5324 B; 98 slabs
+        p = _plan(100000, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 1024, 512, 5324, 98)
         # chunk 8192 at 512 threads (default 1024): 8449 * 4 + 72 + 1024 = 34892 B;
         # 122 * 8192 = 999424 < 10**6: 123 slabs, 123 blocks
         p = _plan(10**6, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
             == ("chunked", 8192, 512, 34892, 123)
     with envs.override(JITMETA_THREADS=1024):
-        # the small chunk keeps the forced 1024 threads (default 512): 2113 * 4 + 136 +
-        # 1024 = 9612 B; ceil(10000 / 2048) = 5 slabs
+        # slab 1024 keeps the forced 1024 threads (default 256): 1057 * 4 + 136 + 1024 =
+        # 5388 B; ceil(10000 / 1024) = 10 slabs (9216 < 10000 <= 10240)
         p = _plan(10000, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
-            == ("chunked", 2048, 1024, 9612, 5)
+            == ("chunked", 1024, 1024, 5388, 10)
+        # slab 2048 likewise (default 512): 2113 * 4 + 136 + 1024 = 9612 B; 98 slabs
+        p = _plan(200000, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 2048, 1024, 9612, 98)
     p = _plan(10000, sm90)
-    assert (p.code.capacity, p.threads, p.smem_static_bytes) == (2048, 512, 9548)
+    assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) == (1024, 256, 5292, 10)
+    p = _plan(200000, sm90)
+    assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) == (2048, 512, 9548, 98)
 
 
 @pytest.mark.parametrize("threads", [48, 2048, 1056])
@@ -913,13 +1149,21 @@ def test_chunk_override(sm90):
         # 54 * 1024 = 55296 < 56067 <= 55 * 1024: 55 slabs
         p = _plan(56067, sm90)
         assert (p.variant, p.code.capacity, p.grid) == ("chunked", 1024, 55)
-    # a set chunk is used as given: no switch to 2048 (nor to its 512 threads) below
-    # 132 * 2048; 10000 -> 2 slabs of 8192
+    # a set chunk is used as given: no switch to a slab (nor to its threads) below
+    # 132 * 4096; 10000 -> 2 slabs of 8192; 400000 -> 49 (48 * 8192 = 393216 < 400000)
     with envs.override(JITMETA_CHUNK=8192):
         p = _plan(10000, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
             == ("chunked", 8192, 1024, 2, 34956)
-    assert (_plan(10000, sm90).code.capacity, _plan(10000, sm90).threads) == (2048, 512)
+        p = _plan(400000, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 8192, 1024, 49)
+    assert (_plan(10000, sm90).code.capacity, _plan(10000, sm90).threads) == (1024, 256)
+    assert (_plan(400000, sm90).code.capacity, _plan(400000, sm90).threads) == (4096, 1024)
+    # nor to a smaller slab than a set one: 4096 at 10000 -> 3 slabs (8192 < 10000 <= 12288)
+    with envs.override(JITMETA_CHUNK=4096):
+        p = _plan(10000, sm90)
+        assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
+            == (4096, 1024, 3, 18060)
     # 4096: 2**24 -> 4096 slabs, per = ceil(4096 / 132) = 32 (132 * 31 = 4092 < 4096),
     # grid 4096 / 32 = 128; 4225 * 4 + 136 + 1024 = 18060 B
     with envs.override(JITMETA_CHUNK=4096):
@@ -944,7 +1188,8 @@ def test_oversized_chunk_without_fallback_raises(sm90):
 
 def test_smem_budget_override(sm90):
     # budget 40000 B: static bucket 8192 (34956 / 35364 B) still fits, and so does the
-    # default chunk (34956 / 35364 B): it stays 8192, and 2048 below 132 * 2048;
+    # default chunk (34956 / 35364 B): it stays 8192, with the slabs below it as without
+    # a budget (1024 up to 132 * 1024, 2048 up to 132 * 2048, 4096 up to 132 * 4096);
     # forced dense dynamic:  1168 + 4 tile_words(b) <= 40000 -> tile_words(b) <= 9708:
     #                 9413 + 294 + 1 = 9708, 9414 -> 9709
     # forced varlen dynamic: 1568 + 4 tile_words(b) <= 40000 -> tile_words(b) <= 9608:
@@ -955,16 +1200,20 @@ def test_smem_budget_override(sm90):
         assert largest_dynamic_batch(eff, 1024, True) == 9316
         assert _plan(8192, sm90).variant == "static"
         assert _plan(8192, sm90, varlen=True).variant == "static"
-        # 8193 and 9414: 5 slabs of 2048 (4 * 2048 = 8192 < b <= 10240), 9548 B
-        for b in (8193, 9413, 9414):
+        # slab 1024 at 256 threads, 5292 B: 8193 -> 9 slabs (8 * 1024 = 8192 < 8193);
+        # 9413 and 9414 -> 10 (9 * 1024 = 9216 < b <= 10240)
+        for b, grid in ((8193, 9), (9413, 10), (9414, 10)):
             p = _plan(b, sm90)
             assert (p.variant, p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
-                == ("chunked", 2048, 512, 5, 9548), b
+                == ("chunked", 1024, 256, grid, 5292), b
         assert _plan(9317, sm90, varlen=True).variant == "chunked"
-        # 270337: 34 slabs of 8192 at 34956 B <= 40000
+        # 270337: slab 4096, 67 slabs at 18060 B; 540673: 67 slabs of 8192 at 34956 B
         p = _plan(270337, sm90)
         assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
-            == (8192, 1024, 34, 34956)
+            == (4096, 1024, 67, 18060)
+        p = _plan(540673, sm90)
+        assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
+            == (8192, 1024, 67, 34956)
         assert "budget 40000" in _plan(9414, sm90).reason
         with envs.override(JITMETA_VARIANT="dynamic"):
             assert _plan(9413, sm90).smem_bytes == 1168 + 9708 * 4 == 40000
@@ -992,19 +1241,36 @@ def test_smem_budget_override(sm90):
             with pytest.raises(PlanError, match="JITMETA_VARIANT"):
                 _plan(4566, sm90)
     # without JITMETA_CHUNK the default tile halves until it fits: 8192 (34956 B) ->
-    # 4096 (4225 * 4 + 136 + 1024 = 18060 B <= 20000); below 132 * 2048 it becomes 2048
-    # at 512 threads (9548 B), above it stays 4096: 270336 = 66 * 4096 -> 67 slabs
+    # 4096 (4225 * 4 + 136 + 1024 = 18060 B <= 20000; varlen 18468 B); the slabs below
+    # it are 1024 (256 threads, 5292 B) up to 132 * 1024 = 135168 and 2048 (512
+    # threads, 9548 B) up to 270336; above that it stays 4096 (there is no slab 4096 below
+    # a default chunk of 4096): 270336 = 66 * 4096 -> 67 slabs
     with envs.override(JITMETA_SMEM_BUDGET=20000):
-        p = _plan(4566, sm90)
+        p = _plan(4566, sm90)  # 4 * 1024 = 4096 < 4566 <= 5120: 5 slabs
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
-            == ("chunked", 2048, 512, 9548, 3)
+            == ("chunked", 1024, 256, 5292, 5)
+        p = _plan(135168, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 1024, 256, 5292, 132)
+        p = _plan(135169, sm90)  # 66 * 2048 = 135168 < 135169: 67 slabs
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 2048, 512, 9548, 67)
+        p = _plan(270336, sm90)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 2048, 512, 9548, 132)
         p = _plan(270337, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
             == ("chunked", 4096, 1024, 18060, 67)
+        # 2**24: 4096 slabs, per = ceil(4096 / 132) = 32 (132 * 31 = 4092), grid 128
+        p = _plan(2**24, sm90, varlen=True)
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 4096, 1024, 18468, 128)
     # budget 6000 B: the default chunk halves 8192 (34956 B) -> 4096 (18060 B) ->
     # 2048 (9612 B) -> 1024 (1057 * 4 + 136 + 1024 = 5388 B <= 6000), no larger than
     # 2048, so it stays (at 1024 threads) for every batch; static bucket 1024
-    # (256 threads: 5292 B) fits, bucket 2048 (9548 B) does not; forced dense dynamic:
+    # (256 threads: 5292 B) fits, bucket 2048 (9548 B) does not; no slab is smaller than
+    # a default chunk of 1024, so none replaces it (not even slab 1024 at its 256
+    # threads, 5292 B): 1024 threads for every batch; forced dense dynamic:
     # tile_words(b) <= (6000 - 1168) / 4 = 1208: 1171 + 36 + 1 = 1208, 1172 -> 1209
     with envs.override(JITMETA_SMEM_BUDGET=6000):
         p = _plan(1024, sm90)
@@ -1016,13 +1282,20 @@ def test_smem_budget_override(sm90):
         # 10**6: 977 slabs (976 * 1024 = 999424); per = ceil(977 / 132) = 8, grid
         # ceil(977 / 8) = 123 (8 * 122 = 976 < 977)
         assert _plan(10**6, sm90).grid == 123
+        # 135168 (<= 132 * 1024) and 135169 alike: the default chunk at 1024 threads
+        for b, grid in ((135168, 132), (135169, 67)):  # 67: 133 slabs, per 2
+            p = _plan(b, sm90)
+            assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+                == (1024, 1024, 5388, grid), b
         with envs.override(JITMETA_VARIANT="dynamic"):
             assert _plan(1025, sm90).smem_bytes == 1168 + (1025 + 32 + 1) * 4 == 5400
             assert _plan(1171, sm90).smem_bytes == 1168 + 1208 * 4 == 6000
             with pytest.raises(PlanError, match="JITMETA_VARIANT"):
                 _plan(1172, sm90)
     # budget 5300 B: static bucket 1024 (5292 B, 256 threads) still fits, but the chunk of
-    # 1024 at 1024 threads (5388 B) does not: it halves once more, to 512:
+    # 1024 at 1024 threads (5388 B) does not: it halves once more, to 512 (the halving
+    # counts the default threads; no slab is below 512, so slab 1024 at 256 threads, which
+    # would fit in 5292 B, is not taken either):
     # (512 + 16 + 1) * 4 + 136 + 1024 = 3276 B; 1025 -> 3 slabs of 512; forced dynamic:
     # tile_words(b) <= (5300 - 1168) / 4 = 1033 -> b <= 1001 (1001 + 31 + 1)
     with envs.override(JITMETA_SMEM_BUDGET=5300):
@@ -1030,6 +1303,9 @@ def test_smem_budget_override(sm90):
         p = _plan(1025, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
             == ("chunked", 512, 1024, 3276, 3)
+        p = _plan(100000, sm90)  # 196 slabs of 512 (195 * 512 = 99840): per 2, grid 98
+        assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == ("chunked", 512, 1024, 3276, 98)
         with envs.override(JITMETA_VARIANT="dynamic"):
             assert _plan(1001, sm90).smem_bytes == 1168 + 1033 * 4 == 5300
             with pytest.raises(PlanError, match="JITMETA_VARIANT"):
@@ -1073,14 +1349,20 @@ def test_bad_plan_arguments(sm90):
 
 def test_public_plan_wrapper():
     p = jitmeta.plan(8193, arch="sm_90", num_sms=78)
-    # 78 SMs: 8193 <= 78 * 2048 = 159744 -> chunk 2048 at 512 threads, 5 slabs
+    # 78 SMs: 8193 <= 78 * 1024 = 79872 -> slab 1024 at 256 threads, 9 slabs
     assert (p.variant, p.num_sms, p.code.arch, p.code.capacity, p.grid) \
-        == ("chunked", 78, "sm_90", 2048, 5)
+        == ("chunked", 78, "sm_90", 1024, 9)
     d = p.to_dict()
-    # 2113 * 4 + 72 + 1024 = 9548
-    assert d["variant"] == "chunked" and d["smem_bytes"] == 9548
+    # 1057 * 4 + 40 + 1024 = 5292
+    assert d["variant"] == "chunked" and d["smem_bytes"] == 5292
     assert (d["threads"], d["capacity"], d["grid"], d["smem_dynamic_bytes"]) \
-        == (512, 2048, 5, 0)
+        == (256, 1024, 9, 0)
+    # 78 * 1024 < 100000 <= 78 * 2048: slab 2048 (100000 / 2048 -> 49 slabs); on the
+    # table's 132 SMs, 100000 <= 132 * 1024: slab 1024 (98 slabs)
+    assert (jitmeta.plan(100000, arch="sm_90", num_sms=78).code.capacity,
+            jitmeta.plan(100000, arch="sm_90", num_sms=78).grid) == (2048, 49)
+    assert (jitmeta.plan(100000, arch="sm_90").code.capacity,
+            jitmeta.plan(100000, arch="sm_90").grid) == (1024, 98)
     with envs.override(JITMETA_VARIANT="dynamic"):
         dyn = jitmeta.plan(8193, arch="sm_90", num_sms=78).to_dict()
     # 1168 + 4 tile_words(8193) = 1168 + 8450 * 4 = 34968
@@ -1112,48 +1394,66 @@ def _coarse_sweep(rng: random.Random, hi: int) -> list[int]:
 @pytest.mark.parametrize("num_sms", [1, 132, 4096])
 def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     codes = codes_for_batches([(1, 2**24)], next_n, varlen, num_sms, 256, schedule, sm90)
-    # static buckets 1024 (256 threads), 2048 (512), 4096, 8192 (1024); chunk 2048
-    # (512 threads) for 8193..132 * 2048 = 270336, chunk 8192 (1024) past it; no dynamic:
-    # 4 + 2 = 6 (num_sms is the output's SM count; the limits' 132 SMs set the chunks)
-    assert len(codes) == 6 and len(codes) < 10
+    # static buckets 1024 (256 threads), 2048 (512), 4096, 8192 (1024); slab 1024 (256
+    # threads) for 8193..132 * 1024 = 135168, slab 2048 (512) up to 270336, slab 4096
+    # (1024) up to 540672, chunk 8192 (1024) past it; no dynamic: 4 + 4 = 8 (num_sms is
+    # the output's SM count; the limits' 132 SMs set the chunks)
+    assert len(codes) == 8 and len(codes) < 10
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 2048, 512), ("chunked", 8192, 1024), ("static", 1024, 256),
-        ("static", 2048, 512), ("static", 4096, 1024), ("static", 8192, 1024)]
+        ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 1024),
+        ("chunked", 8192, 1024), ("static", 1024, 256), ("static", 2048, 512),
+        ("static", 4096, 1024), ("static", 8192, 1024)]
     for code, example in codes.items():
         assert example.code == code
         assert (code.varlen, code.schedule, code.arch) == (varlen, schedule, "sm_90")
+    # each chunked cubin's example is the first batch it serves: one past the static
+    # buckets, then one past 132 * 1024, 132 * 2048, 132 * 4096
+    assert {c.capacity: p.batch for c, p in codes.items() if c.variant == "chunked"} \
+        == {1024: 8193, 2048: 135169, 4096: 270337, 8192: 540673}
     rng = random.Random(f"{SEED}-{varlen}-{schedule}-{next_n}-{num_sms}")
     brute = {_plan(b, sm90, varlen, next_n, num_sms, 256, schedule).code
              for b in _coarse_sweep(rng, 2**24)}
     assert brute == set(codes), SEED_NOTE
 
 
+# the default threads of each chunk on a 1024-thread device (static_threads: 256, 512,
+# 1024; the default chunk at 1024)
+CHUNK_THREADS = {1024: 256, 2048: 512, 4096: 1024, 8192: 1024}
+
+
 @pytest.mark.parametrize("sm_count,chunks", [
-    (4, [8192]),          # 4 * 2048 = 8192: every batch past the buckets is over it
-    (4097, [2048, 8192]),  # 4097 * 2048 = 8390656 < 2**24
-    (8192, [2048]),       # 8192 * 2048 = 2**24: the small chunk serves every batch
-], ids=["4-sms", "4097-sms", "8192-sms"])
-def test_codes_follow_the_small_chunk_boundary(sm_count, chunks):
+    (2, [8192]),              # 2 * 4096 = 8192: every batch past the buckets is over it
+    (4, [4096, 8192]),        # 4 * 2048 = 8192 < 8193 <= 4 * 4096 = 16384
+    (8, [2048, 4096, 8192]),  # 8 * 1024 = 8192 < 8193 <= 8 * 2048 = 16384
+    (9, [1024, 2048, 4096, 8192]),  # 9 * 1024 = 9216 >= 8193
+    (4095, [1024, 2048, 4096, 8192]),  # 4095 * 4096 = 16773120 < 2**24
+    (4096, [1024, 2048, 4096]),  # 4096 * 4096 = 2**24: slab 4096 serves every batch
+    (4097, [1024, 2048, 4096]),  # 4097 * 2048 = 8390656 < 2**24 <= 4097 * 4096
+    (8192, [1024, 2048]),     # 8192 * 2048 = 2**24
+    (16384, [1024]),          # 16384 * 1024 = 2**24: slab 1024 serves every batch
+], ids=lambda v: f"{v}-sms" if isinstance(v, int) else None)
+def test_codes_follow_the_slab_boundaries(sm_count, chunks):
     lim = limits_for_arch("sm_90", sm_count)
     codes = codes_for_batches([(1, 2**24)], 1, False, 132, 256, "smxx", lim)
-    # the 4 static buckets and one chunked cubin per chunk: 5, 6, 5
+    # the 4 static buckets and one chunked cubin per chunk
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == sorted(
-        [("chunked", c, 512 if c == 2048 else 1024) for c in chunks]
+        [("chunked", c, CHUNK_THREADS[c]) for c in chunks]
         + [("static", 1024, 256), ("static", 2048, 512), ("static", 4096, 1024),
            ("static", 8192, 1024)])
     assert len(codes) == 4 + len(chunks)
-    edge = sm_count * 2048
+    edges = [sm_count * c + d for c in (1024, 2048, 4096) for d in (-1, 0, 1)]
     brute = {_plan(b, lim).code for b in range(1, 8194)}
-    brute |= {_plan(b, lim).code for b in (edge, edge + 1, 2**24) if 1 <= b <= 2**24}
+    brute |= {_plan(b, lim).code for b in edges + [2**24] if 1 <= b <= 2**24}
     assert brute == set(codes)
 
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_codes_match_exhaustive_sweep(sm90, varlen):
     """Every batch 1..60000 (which crosses every static bucket and the forced-dynamic
-    limit, 56067 dense / 55970 varlen) and around the small-chunk limit 132 * 2048 =
-    270336, plus a stride to 2**24."""
-    batches = (list(range(1, 60001)) + list(range(269000, 272001))
+    limit, 56067 dense / 55970 varlen) and around the slab limits 132 * 1024 = 135168,
+    132 * 2048 = 270336 and 132 * 4096 = 540672, plus a stride to 2**24."""
+    batches = (list(range(1, 60001)) + list(range(134000, 136001))
+               + list(range(269000, 272001)) + list(range(539000, 542001))
                + list(range(60001, 2**24 + 1, 4099)) + [2**24])
     brute = {_plan(b, sm90, varlen).code for b in batches}
     assert brute == set(codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", sm90))
@@ -1164,10 +1464,12 @@ def test_codes_match_exhaustive_sweep(sm90, varlen):
     {"JITMETA_SMEM_BUDGET": 20000, "JITMETA_CHUNK": 2048},
     {"JITMETA_SMEM_BUDGET": 20000},
     {"JITMETA_SMEM_BUDGET": 5300},
+    {"JITMETA_SMEM_BUDGET": 6000},
     {"JITMETA_THREADS": 256},
     {"JITMETA_THREADS": 1024},
     {"JITMETA_VARIANT": "chunked"},
-], ids=["budget40k", "budget20k", "budget20k-default-chunk", "budget5300", "threads256",
+], ids=["budget40k", "budget20k", "budget20k-default-chunk", "budget5300", "budget6000",
+        "threads256",
         "threads1024", "forced-chunked"])
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_codes_match_brute_force_under_overrides(sm90, knobs, varlen):
@@ -1184,25 +1486,53 @@ def test_codes_match_brute_force_under_overrides(sm90, knobs, varlen):
 def test_codes_match_brute_force_on_a_512_thread_device(varlen):
     lim = DeviceLimits("sm_90", 132, max_threads_per_block=512)
     codes = codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", lim)
-    # static 1024 (256 threads), 2048 / 4096 / 8192 (512); chunk 2048 (static_threads(2048,
-    # 512) = 512) and chunk 8192 (512); no dynamic
+    # static 1024 (256 threads), 2048 / 4096 / 8192 (512); slabs 1024 (static_threads(1024,
+    # 512) = 256), 2048 (512), 4096 (512) and chunk 8192 (512); no dynamic
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 2048, 512), ("chunked", 8192, 512), ("static", 1024, 256),
-        ("static", 2048, 512), ("static", 4096, 512), ("static", 8192, 512)]
+        ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 512),
+        ("chunked", 8192, 512), ("static", 1024, 256), ("static", 2048, 512),
+        ("static", 4096, 512), ("static", 8192, 512)]
     rng = random.Random(SEED)
     batches = sorted(set(range(1, 12001)) | set(range(55000, 57001))
-                     | set(range(269000, 272001)) | set(_coarse_sweep(rng, 2**24)))
+                     | set(range(134000, 136001)) | set(range(269000, 272001))
+                     | set(range(539000, 542001)) | set(_coarse_sweep(rng, 2**24)))
     assert {_plan(b, lim, varlen).code for b in batches} == set(codes), SEED_NOTE
+
+
+@pytest.mark.parametrize("varlen,dynamic_max", [(False, 56067), (True, 55970)],
+                         ids=["dense", "varlen"])
+def test_boundaries_include_every_slab_edge(sm90, varlen, dynamic_max):
+    """The batches codes_for_batches plans at: the range's ends, each static bucket and
+    one past it, the forced-dynamic limit and one past it, and sm_count * slab and one
+    past it for every slab (where the chunked plan changes its slab)."""
+    got = _boundaries(1, 2**24, sm90, 1024, varlen)
+    buckets = [2**k + d for k in range(10, 25) for d in (0, 1)]
+    buckets.remove(2**24 + 1)  # out of the range
+    # 132 * 1024 = 135168, 132 * 2048 = 270336, 132 * 4096 = 540672
+    slab_edges = [135168, 135169, 270336, 270337, 540672, 540673]
+    assert got == sorted({1, 2**24, dynamic_max, dynamic_max + 1, *buckets, *slab_edges})
+    # 78 SMs, batches 100000..400000: 78 * 1024 = 79872 is below the range; 78 * 2048 =
+    # 159744 and 78 * 4096 = 319488 are in it, with the buckets 2**17 and 2**18
+    got = _boundaries(100000, 400000, limits_for_arch("sm_90", 78), 1024, varlen)
+    assert got == [100000, 131072, 131073, 159744, 159745, 262144, 262145, 319488, 319489,
+                   400000]
 
 
 def test_codes_for_several_ranges(sm90):
     codes = codes_for_batches([(1, 100), (9000, 9000), (3000, 3001)], 1, False, 132, 256,
                               "smxx", sm90)
-    # 1..100: bucket 1024; 9000: chunk 2048 (9000 <= 270336); 3000, 3001: bucket 4096
+    # 1..100: bucket 1024; 9000: slab 1024 (9000 <= 135168); 3000, 3001: bucket 4096
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 2048, 512), ("static", 1024, 256), ("static", 4096, 1024)]
+        ("chunked", 1024, 256), ("static", 1024, 256), ("static", 4096, 1024)]
     brute = {_plan(b, sm90).code for b in list(range(1, 101)) + [9000, 3000, 3001]}
     assert brute == set(codes)
+    # ranges inside the chunked batches: 200000..300000 crosses 132 * 2048 = 270336
+    # (slabs 2048 and 4096); 540672..540673 crosses 132 * 4096 (4096 and 8192)
+    codes = codes_for_batches([(200000, 300000), (540672, 540673)], 1, False, 132, 256,
+                              "smxx", sm90)
+    assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
+        ("chunked", 2048, 512), ("chunked", 4096, 1024), ("chunked", 8192, 1024)]
+    assert sorted(p.batch for p in codes.values()) == [200000, 270337, 540673]
 
 
 def test_num_sms_and_next_n_do_not_change_the_code():

@@ -73,15 +73,18 @@ CASES = [
     ("sm90-dynamic-varlen-sm90", "sm_90", 55970, True, "sm90", 256,
      {"JITMETA_VARIANT": "dynamic"},
      ("dynamic", 0, 1024), (1568, 230880)),
-    # the first chunked batch; 8193 <= 132 * 2048: slabs of 2048 at 512 threads,
-    # 2113 * 4 + 72 + 1024
+    # the first chunked batch; 8193 <= 132 * 1024: slabs of 1024 at 256 threads,
+    # 1057 * 4 + 40 + 1024
     ("sm90-chunked-dense-sm90", "sm_90", 8193, False, "sm90", 256, {},
-     ("chunked", 2048, 512), (9548, 0)),
-    # 2113 * 4 + 288 + 1024
-    ("sm90-chunked-varlen-smxx", "sm_90", 55971, True, "smxx", 256, {},
+     ("chunked", 1024, 256), (5292, 0)),
+    # 132 * 1024 < 135169 <= 132 * 2048: slabs of 2048 at 512 threads, 2113 * 4 + 288 + 1024
+    ("sm90-chunked-varlen-smxx", "sm_90", 135169, True, "smxx", 256, {},
      ("chunked", 2048, 512), (9764, 0)),
-    # past 132 * 2048 = 270336: slabs of 8192 at 1024 threads, 8449 * 4 + 136 + 1024
-    ("sm90-chunked-dense-smxx-c8192", "sm_90", 270337, False, "smxx", 256, {},
+    # 132 * 2048 < 270337 <= 132 * 4096: slabs of 4096 at 1024 threads, 4225 * 4 + 136 + 1024
+    ("sm90-chunked-dense-smxx-c4096", "sm_90", 270337, False, "smxx", 256, {},
+     ("chunked", 4096, 1024), (18060, 0)),
+    # past 132 * 4096 = 540672: slabs of 8192 at 1024 threads, 8449 * 4 + 136 + 1024
+    ("sm90-chunked-dense-smxx-c8192", "sm_90", 540673, False, "smxx", 256, {},
      ("chunked", 8192, 1024), (34956, 0)),
     # 2113 * 4 + (128 / 32 + 2) * 16 + 1024 = 8452 + 96 + 1024
     ("sm90-chunked-varlen-sm90-t128-c2048", "sm_90", 2**24, True, "sm90", 256,
@@ -110,9 +113,9 @@ CASES = [
     ("sm90a-dynamic-dense-smxx-t256", "sm_90a", 20000, False, "smxx", 256,
      {"JITMETA_THREADS": 256, "JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 256),
      (1072, 82504)),
-    # 2113 * 4 + 288 + 1024
+    # 10**5 <= 132 * 1024: 1057 * 4 + 160 + 1024
     ("sm90a-chunked-varlen-sm90", "sm_90a", 10**5, True, "sm90", 256, {},
-     ("chunked", 2048, 512), (9764, 0)),
+     ("chunked", 1024, 256), (5412, 0)),
     # 1057 * 4 + 136 + 1024
     ("sm90a-chunked-dense-smxx-c1024", "sm_90a", 10**5, False, "smxx", 512,
      {"JITMETA_CHUNK": 1024}, ("chunked", 1024, 1024), (5388, 0)),
@@ -355,7 +358,7 @@ SWEEP = ([(cap, {}) for cap in (1024, 2048, 4096, 8192)]
             for t in (32, 96, 1024)]
          + [(10**5, {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c})
             for c in (32, 1000, 4095)]
-         + [(10**5, {}), (10**6, {})])  # the default chunked slabs: 2048 and 8192
+         + [(10**5, {}), (2 * 10**5, {}), (4 * 10**5, {}), (10**6, {})])  # chunked slabs
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -373,8 +376,9 @@ def test_compiled_smem_equals_formula_sweep(arch, varlen):
         t = code.threads
         if not knobs and code.variant == "static":
             assert t == static_threads(code.capacity, 1024)
-        elif not knobs:  # 10**5 <= 132 * 2048 = 270336 < 10**6 (sm_80: 108 * 2048)
-            want_chunk = (2048, 512) if batch <= lim.sm_count * 2048 else (8192, 1024)
+        elif not knobs:  # the smallest slab with one per SM (132 on sm_90, 108 on sm_80)
+            want_chunk = next(((c, t_) for c, t_ in ((1024, 256), (2048, 512), (4096, 1024))
+                               if batch <= lim.sm_count * c), (8192, 1024))
             assert (code.variant, (code.capacity, t)) == ("chunked", want_chunk)
         elif "JITMETA_THREADS" in knobs:
             assert t == knobs["JITMETA_THREADS"]

@@ -14,7 +14,9 @@ Variants (identical output):
   block per SM, one launch (summarize, one in-kernel combine, emit); bounded shared
   memory, unlimited batch. Chosen past the static buckets: several blocks load and
   scan in parallel, so it beats one block of dynamic shared memory, which serves a
-  batch only when forced.
+  batch only when forced. The slab is the smallest of SLAB_SIZES that still gives
+  every block one slab at most (measured fastest on an H200:
+  docs/benchmarks/README.md), else the default chunk.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .arch import DeviceLimits
 
 __all__ = ["Plan", "PlanError", "CodeSpec", "plan", "codes_for_batches",
            "smem_static", "smem_dynamic", "smem_chunked", "SCHEDULES", "VARIANTS",
-           "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK", "SMALL_CHUNK",
+           "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK", "SLAB_SIZES",
            "workspace_words", "chunked_grid"]
 
 SCHEDULES = ("smxx", "sm90")
@@ -35,7 +37,7 @@ VARIANTS = ("static", "dynamic", "chunked")
 MIN_STATIC_CAPACITY = 1024
 DEFAULT_THREADS = 1024
 DEFAULT_CHUNK = 8192
-SMALL_CHUNK = 2048  # the chunk while every SM's block gets at most one such slab
+SLAB_SIZES = (1024, 2048, 4096)  # smaller chunked slabs, while one per block suffices
 SLOT_WORDS = 8      # workspace words per block slot (templates: Schedule::kSlotWords)
 MAX_GRID = 1024     # blocks of a chunked launch at most (Schedule::kMaxGrid)
 WORD = 4  # bytes per element held in shared memory (one uint32 prefix sum)
@@ -241,9 +243,12 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
                         f"{why}: dynamic tile of {batch} elements, {st + dyn} B <= "
                         f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
         t = threads
-        if chunk_forced is None and chunk > SMALL_CHUNK and batch <= lim.sm_count * SMALL_CHUNK:
-            chunk = SMALL_CHUNK  # one small slab per block: more blocks share the load
-            t = static_threads(chunk, threads) if tuned else threads
+        if chunk_forced is None:  # the smallest slab that still is one per block
+            small = next((c for c in SLAB_SIZES
+                          if c < chunk and batch <= lim.sm_count * c), None)
+            if small is not None:
+                chunk = small
+                t = static_threads(chunk, threads) if tuned else threads
         smem = smem_chunked(chunk, t, varlen, rsv)
         if smem > lim.smem_static_bytes:
             return None
@@ -290,8 +295,8 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bo
     st, _ = smem_dynamic(0, threads, varlen, lim.smem_reserved_bytes)
     dyn_max = largest_tile((lim.smem_optin_bytes - st) // WORD)
     points.update((dyn_max, dyn_max + 1))
-    small = lim.sm_count * SMALL_CHUNK  # the chunked variant's tile changes there
-    points.update((small, small + 1))
+    for c in SLAB_SIZES:  # the chunked variant's slab changes there
+        points.update((lim.sm_count * c, lim.sm_count * c + 1))
     return sorted(p for p in points if lo <= p <= hi)
 
 
