@@ -213,9 +213,39 @@ class Launcher:
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, batch: int, next_n: int, num_sms: int,
                  out_ptr: int, stream: int, ws_ptr: int, pdl: bool) -> None:
-        runtime.launch(self.emit, self.grid, self.threads, self.dyn_smem, stream,
-                       (ctx_ptr, idx_ptr, batch, next_n, num_sms, out_ptr, ws_ptr),
-                       _EMIT_TYPES, pdl, self.cooperative)
+        args = (ctx_ptr, idx_ptr, batch, next_n, num_sms, out_ptr, ws_ptr)
+        if not self.cooperative:
+            runtime.launch(self.emit, self.grid, self.threads, self.dyn_smem, stream, args,
+                           _EMIT_TYPES, pdl)
+            return
+        grid = min(self.grid, _grid_caps.get(self.device, self.grid))
+        while True:
+            try:
+                runtime.launch(self.emit, grid, self.threads, self.dyn_smem, stream, args,
+                               _EMIT_TYPES, pdl, True)
+                return
+            except runtime.DriverError as exc:
+                if exc.code != runtime.COOPERATIVE_LAUNCH_TOO_LARGE or grid == 1:
+                    raise
+                grid = _shrink_grid(self.device, grid)
+
+
+# Blocks a cooperative launch may have on each device. The planner assumes one block per
+# SM of the device; a process confined to fewer SMs (an MPS active-thread percentage,
+# green contexts) gets the launch refused, and then the grid is halved until it fits
+# (the chunked kernel serves any grid: blocks take more slabs each) and remembered.
+_grid_caps: dict[int, int] = {}
+
+
+def _shrink_grid(device: int, grid: int) -> int:
+    smaller = max(1, grid // 2)
+    with _launchers_lock:
+        if smaller < _grid_caps.get(device, grid + 1):
+            _grid_caps[device] = smaller
+            log.warning("jitmeta: cuda:%d refused a cooperative launch of %d blocks (fewer "
+                        "SMs available to this process than the device has); using at "
+                        "most %d blocks from now on", device, grid, smaller)
+    return smaller
 
 
 _launchers: "collections.OrderedDict[tuple, Launcher]" = collections.OrderedDict()

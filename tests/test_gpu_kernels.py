@@ -162,6 +162,18 @@ def test_chunked_calls_queued_back_to_back():
         assert torch.equal(got, want), f"call {i} ({shapes[i % len(shapes)]}); seed={SEED}"
 
 
+def test_chunked_with_a_capped_grid(monkeypatch):
+    """What a process with fewer SMs gets after a refused cooperative launch (api halves
+    the grid): blocks take several slabs each, results unchanged."""
+    gen = torch.Generator().manual_seed(SEED)
+    for cap in (1, 5, 33):
+        monkeypatch.setitem(jitmeta.api._grid_caps, torch.cuda.current_device(), cap)
+        for batch, varlen in ((70000, True), (300000, False)):
+            ctx = make_lengths("mixed", batch, 1, gen).cuda()
+            idx = make_indices(batch, gen).cuda() if varlen else None
+            check(ctx, 132, idx, "smxx", f"grid cap {cap} batch={batch} varlen={varlen}")
+
+
 def test_out_and_current_stream():
     gen = torch.Generator().manual_seed(SEED)
     ctx = make_lengths("mixed", 5000, 2, gen).cuda()

@@ -278,6 +278,26 @@ def test_chunked_carries_across_many_slabs():
     check_all(cases, "chunked carries")
 
 
+def test_chunked_any_grid_is_exact():
+    """The launcher may run a chunked plan with fewer blocks than planned (a process
+    that sees fewer SMs: api.Launcher halves a refused cooperative grid). Every grid from
+    one block up must give the same rows: blocks then take several slabs each."""
+    rng, g = rngs("grids")
+    cases = []
+    for varlen in (False, True):
+        for schedule in ("smxx", "sm90"):
+            batch = rng.randint(300, 700)
+            base = make_case(rng, g, "chunked", varlen, schedule, batch,
+                             next_n=1 if varlen else rng.randint(1, 4), threads=64,
+                             chunk=32, sm_count=132)
+            assert base.plan.grid >= 10, base.label
+            for grid in sorted({1, 2, 3, base.plan.grid // 2, base.plan.grid - 1}):
+                p = dataclasses.replace(base.plan, grid=grid)
+                cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
+                                                 label=f"{base.label} run with grid {grid}"))
+    check_all(cases, "chunked plans run with smaller grids")
+
+
 def test_library_default_configurations():
     """The block sizes and tiles the planner picks by itself (no JITMETA_THREADS/CHUNK)."""
     rng, g = rngs("defaults")

@@ -463,6 +463,8 @@ class _StandInDriver:
         self.launches: list[dict] = []
         self.allocations: list[ctypes.Array] = []
         self.device = 0  # whose context a launch must find current
+        self.resident_blocks = 10**9  # blocks a cooperative launch may have at once
+        self.tries: list[int] = []  # grid of every cuLaunchKernelEx call
 
     def cuInit(self, flags):
         return (0,)
@@ -507,6 +509,12 @@ class _StandInDriver:
         self.unsynced = True
         return (0, self.real.CUdeviceptr(ctypes.addressof(buf)))
 
+    def cuGetErrorName(self, err):
+        return (0, b"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE" if err == 720 else b"CUDA_ERROR")
+
+    def cuGetErrorString(self, err):
+        return (0, b"too many blocks in cooperative launch" if err == 720 else b"error")
+
     def cuMemsetD8(self, ptr, value, nbytes):
         ctypes.memset(int(ptr), value, nbytes)
         return (0,)
@@ -545,6 +553,9 @@ class _StandInDriver:
         if cooperative:
             assert attrs[ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE].value.cooperative == 1
         assert len(attrs) == pdl + cooperative
+        self.tries.append(cfg.gridDimX)
+        if cooperative and cfg.gridDimX > self.resident_blocks:
+            return (720,)  # CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
         return self._record(fn, cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes,
                             int(cfg.hStream), params, pdl, cooperative)
 
@@ -561,7 +572,7 @@ def stand_in(monkeypatch, cache_dir, two_devices):
                         ("_initialized", False)):
         monkeypatch.setattr(runtime, name, value)
     for name, value in (("_launchers", api.collections.OrderedDict()), ("_states", {}),
-                        ("_workspaces", {}), ("_spares", {})):
+                        ("_workspaces", {}), ("_spares", {}), ("_grid_caps", {})):
         monkeypatch.setattr(api, name, value)
     drv.capturing = False
     drv.stream = 0x5000
@@ -600,6 +611,36 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     assert len(buf) >= 4 * (4 + 8 * 1024 + 69 * 4) == launcher.ws_words * 4
     assert set(bytes(buf)) == {0}
     assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
+
+
+def test_stand_in_refused_cooperative_grid_is_halved_and_remembered(stand_in, caplog):
+    """A process that sees fewer SMs than the device has (MPS, green contexts): the
+    driver refuses the planned grid; the launcher halves it until it fits, once."""
+    ctx = torch.ones(70000, 1, dtype=I32)
+    idx = (torch.arange(70000) // 2).to(I32)
+    stand_in.resident_blocks = 10
+    with caplog.at_level("WARNING", logger="jitmeta"):
+        _, launcher = _call(stand_in, 0, ctx, idx)
+        assert launcher.grid == 69  # the plan: one block per SM's slab of 1024
+        assert stand_in.tries == [69, 34, 17, 8]
+        assert [l["grid"] for l in stand_in.launches] == [8]
+        _call(stand_in, 0, ctx, idx)
+        _call(stand_in, 0, torch.ones(300000, 1, dtype=I32))  # another shape, same device
+    assert stand_in.tries[4:] == [8, 8]
+    warnings = [r for r in caplog.records if "refused a cooperative launch" in r.message]
+    assert len(warnings) == 3  # 69 -> 34 -> 17 -> 8, each step once, then never again
+    assert api._grid_caps == {0: 8}
+    stand_in.device = 1  # the other device keeps its own grid
+    _call(stand_in, 1, ctx, idx)
+    assert stand_in.tries[-4:] == [69, 34, 17, 8]  # its own plan (69 slabs <= 108 SMs)
+    assert api._grid_caps == {0: 8, 1: 8}
+
+
+def test_stand_in_other_launch_errors_are_not_retried(stand_in):
+    stand_in.resident_blocks = 0  # even one block is refused: the error surfaces
+    with pytest.raises(runtime.DriverError, match="COOPERATIVE_LAUNCH_TOO_LARGE"):
+        _call(stand_in, 0, torch.ones(70000, 1, dtype=I32))
+    assert stand_in.tries[-1] == 1
 
 
 def test_stand_in_device_1_context_stream_and_pdl(stand_in):

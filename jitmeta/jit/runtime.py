@@ -27,7 +27,15 @@ __all__ = ["DriverError", "LoadedModule", "KernelParams", "load_module", "get_mo
 
 
 class DriverError(RuntimeError):
-    """A CUDA driver call failed."""
+    """A CUDA driver call failed; ``code`` is the CUresult (an int)."""
+
+    def __init__(self, message: str, code: int = 0):
+        super().__init__(message)
+        self.code = code
+
+
+#: CUresult of a cooperative launch with more blocks than can be resident at once
+COOPERATIVE_LAUNCH_TOO_LARGE = 720
 
 
 POINTER = ctypes.c_void_p  # a device pointer argument (8 bytes)
@@ -53,7 +61,7 @@ def _error(err, what: str) -> DriverError:
     _, name = driver.cuGetErrorName(err)
     _, text = driver.cuGetErrorString(err)
     return DriverError(f"{what} failed: {name.decode() if name else err} "
-                       f"({text.decode() if text else ''})")
+                       f"({text.decode() if text else ''})", int(err))
 
 
 def _check(result, what: str):
