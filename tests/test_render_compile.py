@@ -281,6 +281,9 @@ def test_compiled_templates_are_kept_privately_next_to_the_cubins(tmp_path):
     second = _render_fresh(tmp_path)  # loads the compiled template: same source
     assert second["source"] == first["source"]
     assert [f.stat().st_mtime_ns for f in jinja_dir.iterdir()] == [stamp]
+    from jitmeta.jit.cache import DiskCache
+    DiskCache(tmp_path / "cache").clear()  # `jitmeta-cache clear` removes them too
+    assert list(jinja_dir.iterdir()) == []
 
 
 def test_no_compiled_templates_without_a_private_disk_cache(tmp_path):

@@ -57,7 +57,7 @@ def _bytecode_dir() -> str | None:
     from ..jit.cache import CacheError, DiskCache, makedirs_private
 
     cache = DiskCache(envs.get("JITMETA_CACHE_DIR"))
-    path = cache.base / "jinja"
+    path = cache.jinja_dir
     try:
         makedirs_private(path)
         cache.check_trusted()

@@ -671,18 +671,25 @@ class DiskCache:
         self.sweep_tmp()
         return removed
 
+    @property
+    def jinja_dir(self) -> Path:
+        """Jinja's compiled templates (jitmeta.impls.render keeps them here)."""
+        return self.base / "jinja"
+
     def clear(self) -> int:
-        """Remove every entry, the quarantine and stale temp dirs; returns entries
-        removed. Builders running meanwhile keep working (they publish afresh)."""
+        """Remove every entry, the quarantine, the compiled templates and stale temp
+        dirs; returns entries removed. Builders running meanwhile keep working (they
+        publish afresh)."""
         n = sum(1 for k in list(self.keys()) if self.remove(k))
-        try:
-            for p in list(self.quarantine_dir.iterdir()):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-        except OSError:
-            pass
+        for d in (self.quarantine_dir, self.jinja_dir):
+            try:
+                for p in list(d.iterdir()):
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
+            except OSError:
+                pass
         self.sweep_tmp(older_than_s=0.0)
         return n
 
