@@ -8,8 +8,9 @@
 // (each thread walks a contiguous slice; a block-wide scan joins the slices), and
 // then every SM row whose start falls inside the slab is found by a binary search in
 // the tile. The static and dynamic variants run one block over the whole batch; the
-// chunked variant runs one block per fixed-size slab, after a first launch that
-// summarizes every slab (so each block knows its carry-in and the grand total).
+// chunked variant is one cooperative grid whose blocks share the slabs and pass their
+// summaries to each other through a workspace (Schedule::chunked), so each block
+// knows its carry-in and the grand total.
 //
 // Varlen atoms: a token is an atom start iff its offset from the start of its run of
 // equal indices is even. That parity is a two-state automaton, so a slab is
@@ -362,12 +363,12 @@ struct Schedule {
     // --- chunked variant: one cooperative launch ---------------------------------------
     //
     // gridDim.x co-resident blocks (a cooperative launch, at most THREADS and kMaxGrid)
-    // share
-    // the slabs of CHUNK elements: block g takes a contiguous run of them. Phase 1: each
-    // block summarizes its slabs (kept in the workspace) and publishes the composition
-    // in its slot. Every block then waits for all slots, scans them (its carry-in and the
-    // grand total) and, phase 2, emits the rows of its slabs that contain an SM start,
-    // reloading a slab only when it is not the one still in shared memory.
+    // share the slabs of CHUNK elements: block g takes a contiguous run of them.
+    // Phase 1: each block summarizes its slabs (kept in the workspace) and publishes the
+    // composition in its slot. Every block then waits for all slots, scans them (its
+    // carry-in and the grand total) and, phase 2, emits the rows of its slabs that
+    // contain an SM start, reloading a slab only when it is not the one still in shared
+    // memory.
     //
     // Workspace (u32 words, zeroed once when allocated, used by one launch at a time):
     //   [0]                      epoch: how many launches have used it (mod 2^32)
@@ -383,10 +384,15 @@ struct Schedule {
     // no reset is needed.
     static constexpr u32 kSlotWords = 8;
     static constexpr u32 kMaxGrid = 1024;
-    static constexpr u32 kSlabBase = 4u + kSlotWords * kMaxGrid;
+    static constexpr u32 kSlotBase = 4u;
+    static constexpr u32 kSlabBase = kSlotBase + kSlotWords * kMaxGrid;
     static constexpr u32 kSpinLimit = 1u << 24;  // ~1 s of polling: then trap, never hang
     static constexpr u32 kFields = sizeof(S) / 4;
     static_assert(2 * kFields <= kSlotWords, "a slot holds one 64-bit word per field");
+
+    __device__ __forceinline__ static u32* slot_of(u32* ws, u32 g) {
+        return ws + kSlotBase + kSlotWords * g;
+    }
 
     __device__ __forceinline__ static void publish(u32* slot, const S& v, u32 tag) {
         volatile u64* vs = reinterpret_cast<volatile u64*>(slot);
@@ -430,7 +436,7 @@ struct Schedule {
         // slab is one round of loads, the next slab's loads are in flight while this
         // one is scanned.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
-        S mine = S::identity();
+        S mine = S::identity(), before_kept = S::identity();
         Scanned kept{};
         Fetched f;
         if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
@@ -448,12 +454,13 @@ struct Schedule {
             __syncthreads();
             kept = scan_tile(tile, n, sc);  // ends synced: the tile may be rewritten
             if (threadIdx.x == 0) slab_sums[j] = kept.block;
+            before_kept = mine;
             mine = S::compose(mine, kept.block);
         }
-        if (threadIdx.x == 0) publish(ws + 4u + kSlotWords * g, mine, epoch + 1u);
+        if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
 
         S slot = S::identity(), all;
-        if (threadIdx.x < grid) slot = wait_slot(ws + 4u + kSlotWords * threadIdx.x, epoch + 1u);
+        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
         const S before = block_exclusive_scan(slot, sc, &all);
         if (threadIdx.x == g) sc.broadcast[1] = before;
         __syncthreads();
@@ -466,8 +473,7 @@ struct Schedule {
         // reloaded.
         const u32 total = all.total(kInitialParity);
         const u32 q = total / num_sms, r = total % num_sms;
-        S carry_last = carry;  // composition of every slab before j1 - 1
-        for (u32 j = j0; j + 1u < j1; ++j) carry_last = S::compose(carry_last, slab_sums[j]);
+        const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         S c = carry;
         for (u32 k = 0; k < j1 - j0; ++k) {
             const u32 j = k == 0 ? j1 - 1u : j0 + k - 1u;  // the resident slab first
