@@ -216,6 +216,9 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
 
     tuned = envs.get("JITMETA_THREADS") is None
 
+    def tile_threads(capacity: int) -> int:  # a bucket's / slab's own block size
+        return static_threads(capacity, threads) if tuned else threads
+
     def spec(variant: str, capacity: int, t: int = threads) -> CodeSpec:
         return CodeSpec(variant, bool(varlen), schedule, int(split_kv), t, capacity, arch)
 
@@ -225,10 +228,9 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             chunk //= 2
 
     def make(variant: str, why: str) -> Plan | None:
-        nonlocal chunk
         if variant == "static":
             cap = _bucket(batch)
-            t = static_threads(cap, threads) if tuned else threads
+            t = tile_threads(cap)
             smem = smem_static(cap, t, varlen, rsv)
             if smem > lim.smem_static_bytes:
                 return None
@@ -242,20 +244,19 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             return Plan(spec("dynamic", 0), batch, next_n, num_sms, 1, st, dyn,
                         f"{why}: dynamic tile of {batch} elements, {st + dyn} B <= "
                         f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
-        t = threads
+        slab, t = chunk, threads
         if chunk_forced is None:  # the smallest slab that still is one per block
             small = next((c for c in SLAB_SIZES
                           if c < chunk and batch <= lim.sm_count * c), None)
             if small is not None:
-                chunk = small
-                t = static_threads(chunk, threads) if tuned else threads
-        smem = smem_chunked(chunk, t, varlen, rsv)
+                slab, t = small, tile_threads(small)
+        smem = smem_chunked(slab, t, varlen, rsv)
         if smem > lim.smem_static_bytes:
             return None
-        grid = chunked_grid(batch, chunk, lim.sm_count, t)
-        return Plan(spec("chunked", chunk, t), batch, next_n, num_sms, grid, smem, 0,
-                    f"{why}: {grid} cooperative block(s) over {-(-batch // chunk)} slab(s) "
-                    f"of {chunk} elements, {smem} B static smem per block{budget_note}")
+        grid = chunked_grid(batch, slab, lim.sm_count, t)
+        return Plan(spec("chunked", slab, t), batch, next_n, num_sms, grid, smem, 0,
+                    f"{why}: {grid} cooperative block(s) over {-(-batch // slab)} slab(s) "
+                    f"of {slab} elements, {smem} B static smem per block{budget_note}")
 
     if forced is not None:
         p = make(forced, "forced by JITMETA_VARIANT")
