@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 import jitmeta
-from jitmeta import envs
+from jitmeta import api, envs
 from jitmeta.heuristics.plan import plan
 from jitmeta.impls import render as render_mod
 from jitmeta.jit import runtime
 from jitmeta.jit.compiler import CompileOptions, compile_cubin
+
+from benchmark_metadata import graph_time_us, make_inputs  # bench/, next to this file
 
 NUM_SMS = 132
 # (label, batch, next_n, varlen, forced variant, forced threads)
@@ -49,37 +50,12 @@ CASES = [("static dense 1", 1, 1, False, None, None),
          ("chunked dense 2^20", 2**20, 1, False, None, None),
          ("chunked varlen 2^20", 2**20, 1, True, None, None),
          ("chunked varlen 2^24", 2**24, 1, True, None, None)]
-EMIT_TYPES = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
-              runtime.UINT32, runtime.POINTER, runtime.POINTER)
 CLOCK_SRC = r'''
 extern "C" __global__ void jitmeta_clock(unsigned cycles) {
     const long long t0 = clock64();
     while (clock64() - t0 < cycles) {}
 }
 '''
-
-
-def graph_us(fn, calls: int = 20, replays: int = 20, repeats: int = 5) -> float:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=stream):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(replays):
-            g.replay()
-        e1.record()
-        e1.synchronize()
-        samples.append(e0.elapsed_time(e1) * 1e3 / (replays * calls))
-    return statistics.median(samples)
 
 
 def sm_clock_mhz(arch: str) -> float:
@@ -91,7 +67,7 @@ def sm_clock_mhz(arch: str) -> float:
     def call():
         runtime.launch(fn, 1, 32, 0, torch.cuda.current_stream().cuda_stream, (cycles,),
                        (runtime.UINT32,))
-    return cycles / graph_us(call, calls=5)
+    return cycles / graph_time_us(call, torch.cuda.Stream(), calls=5)
 
 
 def main(argv=None) -> int:
@@ -103,7 +79,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU", file=sys.stderr)
         return 1
-    lim = jitmeta.api.device_limits(0)
+    lim = api.device_limits(0)
     if not args.once:
         print(f"SM clock ~{sm_clock_mhz(lim.arch):.0f} MHz")
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -113,13 +89,7 @@ def main(argv=None) -> int:
     for label, batch, next_n, varlen, variant, threads in CASES:
         if args.cases not in label:
             continue
-        ctx = torch.randint(1, 32768, (batch, next_n), generator=gen, dtype=torch.int32)
-        ctx[torch.rand(batch, next_n, generator=gen) < 0.1] = 0
-        idx = None
-        if varlen:
-            runs = torch.randint(1, 9, (batch,), generator=gen)
-            idx = torch.repeat_interleave(torch.arange(batch), runs)[:batch].int().cuda()
-        ctx = ctx.cuda()
+        ctx, idx = make_inputs(batch, "varlen" if varlen else f"next_n={next_n}", gen)
         want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
         with envs.override(JITMETA_VARIANT=variant, JITMETA_THREADS=threads):
             p = plan(batch, next_n, varlen, NUM_SMS, 256, "smxx", lim)
@@ -135,23 +105,25 @@ def main(argv=None) -> int:
             mod = runtime.load_module(0, f"ab-{h}-{c.name}", cubin, ("jitmeta_emit",),
                                       lim.smem_optin_bytes - p.smem_static_bytes
                                       if dyn else 0)
-            fn = mod.functions["jitmeta_emit"]
-            coop = p.variant == "chunked"
-            ws = runtime.allocate(0, 4 * jitmeta.api.launcher_ws_words(p)) if coop else 0
+            # launched the way api.prepare / api._run launch it
+            launcher = api.Launcher(device=0, plan=p, emit=mod.functions["jitmeta_emit"],
+                                    cooperative=p.variant == "chunked", threads=c.threads,
+                                    grid=p.grid, dyn_smem=dyn,
+                                    ws_words=api.launcher_ws_words(p))
+            ws = runtime.allocate(0, 4 * launcher.ws_words) if launcher.ws_words else 0
             out = torch.full((NUM_SMS + 1, 2), -1, dtype=torch.int32, device="cuda")
-            args_ = (ctx.data_ptr(), 0 if idx is None else idx.data_ptr(), batch, next_n,
-                     NUM_SMS, out.data_ptr(), ws)
 
             def call():
-                runtime.launch(fn, p.grid, c.threads, dyn,
-                               torch.cuda.current_stream().cuda_stream, args_, EMIT_TYPES,
-                               cooperative=coop)
+                launcher(ctx.data_ptr(), 0 if idx is None else idx.data_ptr(), batch, next_n,
+                         NUM_SMS, out.data_ptr(), torch.cuda.current_stream().cuda_stream,
+                         ws, False)
             call()
             torch.cuda.synchronize()
             exact = torch.equal(out, want)
             bad += not exact
             mark = "" if exact else " !!"
-            cells.append(f"{'once':>11s}{mark}" if args.once else f"{graph_us(call):11.2f}{mark}")
+            us = None if args.once else graph_time_us(call, torch.cuda.Stream())
+            cells.append(f"{'once' if us is None else f'{us:.2f}':>11s}{mark}")
         print(f"{label:22s} " + " ".join(f"{x:>14s}" for x in cells), flush=True)
     return 1 if bad else 0
 
