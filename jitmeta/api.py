@@ -604,7 +604,7 @@ def _run(launcher: Launcher, state: _CallState, c, indices, out, pdl):
             if not _spares.get(dev):  # a capture stream adopted the last spare
                 _replenish(dev, launcher.ws_words)
             ws = _stream_workspace(dev, stream)
-            with ws.lock:  # both kernels of this call, back to back on this stream
+            with ws.lock:  # one launch at a time uses this stream's workspace
                 launcher(c.data_ptr(), idx_ptr, launcher.batch, launcher.next_n,
                          launcher.num_sms, out.data_ptr(), stream,
                          ws.pointer(dev, stream, launcher.ws_words), pdl)

@@ -66,7 +66,7 @@ def _golden_plans():
     lim = limits_for_arch("sm_90", 132)
     return [plan(100, 1, False, 132, 256, "smxx", lim),      # static, dense
             plan(100, 1, True, 132, 256, "smxx", lim),       # static, varlen
-            plan(70000, 1, False, 132, 256, "smxx", lim)]    # chunked: two kernels
+            plan(70000, 1, False, 132, 256, "smxx", lim)]    # chunked: cooperative
 
 
 @pytest.fixture(scope="session")
