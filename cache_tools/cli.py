@@ -22,7 +22,8 @@ from typing import Callable
 from jitmeta import envs
 from jitmeta.envs import EnvError
 from jitmeta.heuristics.arch import normalize_arch
-from jitmeta.heuristics.plan import SCHEDULES, PlanError
+from jitmeta.heuristics.plan import PlanError
+from jitmeta.kernels import SCHEDULES
 from jitmeta.jit.cache import CacheError, DiskCache
 
 __all__ = ["main", "build_parser"]
@@ -150,7 +151,9 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _cache() -> DiskCache:
     from jitmeta.jit.build import cache_for_root
 
-    return cache_for_root()
+    knobs = envs.snapshot()
+    return cache_for_root(knobs.cache_dir, allow_shared=knobs.allow_shared_cache,
+                          lock_timeout=knobs.lock_timeout)
 
 
 # --- subcommands --------------------------------------------------------------------
@@ -410,24 +413,26 @@ def cmd_import(args, out: Out) -> int:
 
 
 def cmd_plan(args, out: Out) -> int:
+    from jitmeta import kernels
     from jitmeta.heuristics.arch import limits_for_arch
-    from jitmeta.heuristics.plan import plan
-    from jitmeta.jit.build import key_for, warm_command
+    from jitmeta.jit.build import key_for
 
     if args.device is not None:
         _require_device(args.device)
-        from jitmeta.api import device_limits
+        from jitmeta.dispatch import device_limits
 
         limits = device_limits(args.device)
     else:
         limits = limits_for_arch(args.arch, args.num_sms)
     if args.varlen and args.next_n != 1:
         raise UsageError("--varlen needs --next-n 1 (varlen atoms are single tokens)")
-    p = plan(args.batch, args.next_n, args.varlen, args.num_sms or limits.sm_count,
-             args.split_kv, args.format, limits)
+    knobs = envs.snapshot()
+    fam = kernels.family(args.format)
+    p = fam.plan(args.batch, args.next_n, args.varlen, args.num_sms or limits.sm_count,
+                 args.split_kv, args.format, limits, knobs)
     d = p.to_dict()
-    d["key"] = key_for(p.code)[0]
-    d["warm_command"] = warm_command(p)
+    d["key"] = key_for(fam.source(p.code), knobs)[0]
+    d["warm_command"] = fam.warm_command(p, knobs)
 
     def text() -> str:
         rows = [["variant", d["variant"]], ["threads", d["threads"]],

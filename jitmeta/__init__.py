@@ -2,44 +2,71 @@
 
 A drop-in for ``deep_gemm.get_paged_mqa_logits_metadata``: Jinja2 templates -> CUDA
 source per configuration -> NVRTC -> cubin -> on-disk cache -> launch on PyTorch's
-current stream. Importing jitmeta creates no directory, loads no CUDA library and
-configures no logging.
+current stream. Importing jitmeta creates no directory, loads no CUDA library,
+configures no logging and imports nothing heavy: the public names below are resolved on
+first use (so ``jitmeta-cache`` starts without importing torch). Touching any of the
+torch-facing names registers the ``torch.ops.jitmeta`` custom ops.
 """
 
-from . import envs
-from . import ops  # registers torch.ops.jitmeta.* (no other import-time effect)
-from .api import CaptureCompileError, InputValueError, get_paged_mqa_logits_metadata
-from .heuristics import DeviceLimits, Plan, PlanError, limits_for_arch
-from .heuristics import plan as _plan_fn
-from .jit.build import OfflineMissError, stats
-from .reference import reference_schedule
-from .warm import warm
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
 
 __all__ = ["get_paged_mqa_logits_metadata", "plan", "reference_schedule", "warm", "envs",
            "ops", "stats", "Plan", "PlanError", "DeviceLimits", "limits_for_arch",
-           "OfflineMissError", "InputValueError", "CaptureCompileError", "__version__"]
+           "OfflineMissError", "InputValueError", "CaptureCompileError", "SCHEDULES",
+           "__version__"]
+
+# public name -> (module, attribute or None for the module itself)
+_LAZY = {
+    "get_paged_mqa_logits_metadata": ("jitmeta.api", "get_paged_mqa_logits_metadata"),
+    "plan": ("jitmeta.api", "plan"),
+    "reference_schedule": ("jitmeta.api", "reference_schedule"),
+    "InputValueError": ("jitmeta.validate", "InputValueError"),
+    "CaptureCompileError": ("jitmeta.jit.runtime", "CaptureCompileError"),
+    "warm": ("jitmeta.warm", "warm"),
+    "envs": ("jitmeta.envs", None),
+    "ops": ("jitmeta.ops", None),
+    "stats": ("jitmeta.jit.build", "stats"),
+    "OfflineMissError": ("jitmeta.jit.build", "OfflineMissError"),
+    "Plan": ("jitmeta.heuristics.plan", "Plan"),
+    "PlanError": ("jitmeta.heuristics.plan", "PlanError"),
+    "DeviceLimits": ("jitmeta.heuristics.arch", "DeviceLimits"),
+    "limits_for_arch": ("jitmeta.heuristics.arch", "limits_for_arch"),
+    "SCHEDULES": ("jitmeta.kernels", "SCHEDULES"),
+}
+_TORCH_FACING = ("jitmeta.api", "jitmeta.ops", "jitmeta.warm", "jitmeta.validate",
+                 "jitmeta.jit.runtime", "jitmeta.jit.build")
 
 
-def plan(batch: int, next_n: int = 1, varlen: bool = False, num_sms: int | None = None,
-         split_kv: int = 256, schedule: str = "smxx", *, arch: str | None = None,
-         device: int | None = None) -> Plan:
-    """The variant decision for a shape, with the numbers behind it.
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'jitmeta' has no attribute {name!r}") from None
+    if module in _TORCH_FACING:
+        importlib.import_module("jitmeta.ops")  # the custom ops exist whenever torch is used
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
 
-    Limits come from ``arch`` (a named arch table, no GPU needed) or CUDA ``device``
-    (default: the current device when one is present, else ``sm_90``).
-    """
-    if arch is not None:
-        limits = limits_for_arch(arch, num_sms)
-    else:
-        import torch
 
-        if device is None and not torch.cuda.is_available():
-            limits = limits_for_arch("sm_90", num_sms)
-        else:
-            from .api import device_limits
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
-            limits = device_limits(torch.cuda.current_device() if device is None else device)
-    return _plan_fn(batch, next_n, varlen, num_sms or limits.sm_count, split_kv, schedule,
-                    limits)
+
+if TYPE_CHECKING:  # for type checkers and IDEs; never executed
+    from . import envs, ops
+    from .api import get_paged_mqa_logits_metadata, plan, reference_schedule
+    from .heuristics.arch import DeviceLimits, limits_for_arch
+    from .heuristics.plan import Plan, PlanError
+    from .jit.build import OfflineMissError, stats
+    from .jit.runtime import CaptureCompileError
+    from .kernels import SCHEDULES
+    from .validate import InputValueError
+    from .warm import warm

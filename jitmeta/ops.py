@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from . import api
+from . import dispatch, kernels
+from .validate import validate
 
 __all__ = ["paged_mqa_logits_metadata", "paged_mqa_logits_metadata_out"]
 
@@ -34,15 +35,15 @@ def paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms
                               indices: Optional[torch.Tensor] = None, split_kv: int = 256,
                               schedule: str = "smxx", pdl: bool = False) -> torch.Tensor:
     """The schedule metadata as a new tensor (``jitmeta.get_paged_mqa_logits_metadata``)."""
-    return api._eager(context_lens, block_kv, num_sms, indices, None, split_kv, schedule,
-                      pdl)
+    return dispatch.eager(context_lens, block_kv, num_sms, indices, None, split_kv, schedule,
+                          pdl)
 
 
 @paged_mqa_logits_metadata.register_fake
 def _paged_mqa_logits_metadata_fake(context_lens, block_kv, num_sms, indices=None,
                                     split_kv=256, schedule="smxx", pdl=False):
-    api.validate(context_lens, block_kv, num_sms, indices, None, split_kv, schedule,
-                 pdl=pdl, fake=True)
+    validate(context_lens, block_kv, num_sms, indices, None, split_kv, schedule,
+             kernels.SCHEDULES, pdl=pdl, fake=True)
     return context_lens.new_empty((num_sms + 1, 2))
 
 
@@ -53,11 +54,11 @@ def paged_mqa_logits_metadata_out(context_lens: torch.Tensor, block_kv: int, num
                                   split_kv: int = 256, schedule: str = "smxx",
                                   pdl: bool = False) -> None:
     """The schedule metadata written into ``out`` (int32 ``[num_sms + 1, 2]``)."""
-    api._eager(context_lens, block_kv, num_sms, indices, out, split_kv, schedule, pdl)
+    dispatch.eager(context_lens, block_kv, num_sms, indices, out, split_kv, schedule, pdl)
 
 
 @paged_mqa_logits_metadata_out.register_fake
 def _paged_mqa_logits_metadata_out_fake(context_lens, block_kv, num_sms, out, indices=None,
                                         split_kv=256, schedule="smxx", pdl=False):
-    api.validate(context_lens, block_kv, num_sms, indices, out, split_kv, schedule,
-                 pdl=pdl, fake=True)
+    validate(context_lens, block_kv, num_sms, indices, out, split_kv, schedule,
+             kernels.SCHEDULES, pdl=pdl, fake=True)

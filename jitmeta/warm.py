@@ -6,15 +6,16 @@ start-up (before CUDA-graph capture) too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from . import envs
-from .heuristics.arch import DeviceLimits, limits_for_arch
-from .heuristics.plan import SCHEDULES, CodeSpec, Plan, codes_for_batches
+from . import envs, kernels
+from .heuristics.arch import DeviceLimits, limits_for_arch, normalize_arch
+from .heuristics.plan import CodeSpec, Plan
 from .jit import build as jit_build
 
 __all__ = ["warm", "warm_manifest", "read_manifest", "WarmResult", "parse_batches",
@@ -62,66 +63,98 @@ class WarmResult:
 
 def plans_for(limits: Sequence[DeviceLimits], batches: Iterable[tuple[int, int]],
               next_n: Sequence[int] = (1,), varlen: Sequence[bool] = (False, True),
-              schedules: Sequence[str] = SCHEDULES, split_kv: int = 256,
-              num_sms: int | None = None) -> dict[CodeSpec, Plan]:
+              schedules: Sequence[str] | None = None, split_kv: int = 256,
+              num_sms: int | None = None, knobs: envs.Knobs | None = None
+              ) -> dict[CodeSpec, Plan]:
     """Every distinct cubin (with an example plan) for the cross product asked for."""
+    knobs = envs.snapshot() if knobs is None else knobs
     batches = list(batches)
     out: dict[CodeSpec, Plan] = {}
     for lim in limits:
         for v in varlen:
             for n in ((1,) if v else next_n):  # varlen implies next_n == 1
-                for sch in schedules:
-                    found = codes_for_batches(batches, n, v, num_sms or lim.sm_count,
-                                              split_kv, sch, lim)
+                for sch in (kernels.SCHEDULES if schedules is None else schedules):
+                    found = kernels.codes_for_batches(batches, n, v, num_sms or lim.sm_count,
+                                                      split_kv, sch, lim, knobs)
                     for code, p in found.items():
                         out.setdefault(code, p)
     return out
 
 
+def _check_warm_args(num_sms, next_n, varlen, schedules, split_kv, jobs):
+    from .validate import MAX_NUM_SMS, MAX_SPLIT_KV, bool_arg, int_arg
+
+    if num_sms is not None:
+        int_arg("num_sms", num_sms, 1, MAX_NUM_SMS)
+    int_arg("split_kv", split_kv, 1, MAX_SPLIT_KV)
+    int_arg("jobs", jobs, 1)
+    for name, values in (("next_n", next_n), ("varlen", varlen), ("schedules", schedules)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise TypeError(f"{name} must be a sequence; got {values!r}")
+    for n in next_n:
+        int_arg("next_n", n, 1)
+    for v in varlen:
+        bool_arg("varlen", v)
+    for s in schedules:
+        if s not in kernels.SCHEDULES:
+            raise ValueError(f"schedules must hold formats among "
+                             f"{', '.join(kernels.SCHEDULES)}; got {s!r}")
+
+
 def warm(arch: str | Sequence[str] | None = None, *, device: int | None = None,
          num_sms: int | None = None, batches: str | Iterable[tuple[int, int]] = "1-65536",
          next_n: Sequence[int] = (1,), varlen: Sequence[bool] = (False, True),
-         schedules: Sequence[str] = SCHEDULES, split_kv: int = 256, jobs: int = 1,
+         schedules: Sequence[str] | None = None, split_kv: int = 256, jobs: int = 1,
          cache=None, progress: Callable[[int, int], None] | None = None,
          load: bool = False) -> WarmResult:
     """Compile (or find cached) every cubin a deployment needs.
 
-    Parameters mirror ``jitmeta-cache warm``. With ``device`` the arch and SM count
-    are read off that GPU, and with ``load=True`` the modules are also loaded there,
-    so later calls (including inside CUDA-graph capture) need no compile or load.
+    Parameters mirror ``jitmeta-cache warm`` (``schedules``: default every format).
+    With ``device`` the arch and SM count are read off that GPU, and with ``load=True``
+    the modules are also loaded there, so later calls (including inside CUDA-graph
+    capture) need no compile or load.
     """
     t0 = time.perf_counter()
+    schedules = kernels.SCHEDULES if schedules is None else tuple(schedules)
+    _check_warm_args(num_sms, next_n, varlen, schedules, split_kv, jobs)
     if isinstance(batches, str):
         batches = parse_batches(batches)
+    knobs = envs.snapshot()
     if device is not None:
-        from .api import device_limits
+        from .api import require_cuda_device
+        from .dispatch import device_limits
 
+        device = require_cuda_device(device)
         limits = [device_limits(device)]
     else:
+        if load:
+            raise ValueError("load=True needs device=N (the GPU to load the modules on)")
         archs = [arch] if isinstance(arch, str) or arch is None else list(arch)
-        limits = [limits_for_arch(a or "sm_90", num_sms) for a in archs]
-    wanted = plans_for(limits, batches, next_n, varlen, schedules, split_kv, num_sms)
+        limits = [limits_for_arch(normalize_arch(a or "sm_90"), num_sms) for a in archs]
+    wanted = plans_for(limits, batches, next_n, varlen, schedules, split_kv, num_sms, knobs)
 
     def after(code: CodeSpec, p: Plan) -> None:
         if load and device is not None:
-            from .api import prepare
+            from .dispatch import prepare
 
             prepare(device, p.batch, p.next_n, code.varlen, p.num_sms, code.split_kv,
-                    code.schedule)
+                    code.schedule, knobs)
 
-    result = _build_all(list(wanted.items()), jobs, cache, progress, after)
+    result = _build_all(list(wanted.items()), jobs, cache, knobs, progress, after)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def _build_all(todo: list, jobs: int, cache, progress, after=None,
+def _build_all(todo: list, jobs: int, cache, knobs: envs.Knobs, progress, after=None,
                result: WarmResult | None = None) -> WarmResult:
     """Build (code, plan-or-None) items on ``jobs`` threads (NVRTC releases the GIL)."""
     result = result if result is not None else WarmResult()
 
     def one(item):
         code, p = item
-        built = jit_build.build(code, p, cache=cache)
+        fam = kernels.family(code.schedule)
+        built = jit_build.build(fam.source(code), knobs, cache=cache,
+                                example=p.to_dict() if p is not None else None)
         if after is not None and p is not None:
             after(code, p)
         return built
@@ -135,7 +168,7 @@ def _build_all(todo: list, jobs: int, cache, progress, after=None,
                 built = fut.result()
             except Exception as exc:  # noqa: BLE001 - reported in the summary
                 try:
-                    key = jit_build.key_for(code)[0]
+                    key = jit_build.key_for(kernels.source(code), knobs)[0]
                 except Exception:  # noqa: BLE001 - the render itself failed
                     key = code.name
                 result.failed.append((key, f"{type(exc).__name__}: {exc}"))
@@ -164,6 +197,7 @@ def read_manifest(path) -> tuple[list[tuple[CodeSpec, Plan | None, tuple[str, ..
             try:
                 rec = json.loads(line)
                 code = CodeSpec(**rec["code"])
+                kernels.family(code.schedule)  # a format this version knows
                 flags = tuple(rec.get("nvrtc_flags") or ())
                 if not all(isinstance(x, str) for x in flags):
                     raise TypeError("nvrtc_flags must be strings")
@@ -204,9 +238,10 @@ def warm_manifest(path, *, jobs: int = 1, cache=None,
         if progress is not None:
             progress(base + done, total)
 
-    for flags, todo in groups.items():  # flags are process-wide: one group at a time
-        with envs.override(JITMETA_NVRTC_FLAGS=flags):
-            _build_all(todo, jobs, cache, step, result=result)
+    knobs = envs.snapshot()
+    for flags, todo in groups.items():
+        group_knobs = dataclasses.replace(knobs, nvrtc_flags=flags)
+        _build_all(todo, jobs, cache, group_knobs, step, result=result)
         base += len(todo)
     result.seconds = time.perf_counter() - t0
     return result

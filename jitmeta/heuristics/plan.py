@@ -1,22 +1,27 @@
 """The planner: which kernel variant serves a shape, with which parameters, and why.
 
-Pure Python (no GPU, no compiler). Batch size is a run-time argument of every
-variant, so a cubin is identified by :attr:`Plan.code` alone, and a whole range of
-batch sizes maps to a handful of cubins (:func:`codes_for_batches`).
+A pure function of (shape, device limits, knob snapshot, kernel layout): no GPU, no
+compiler, no environment. Batch size is a run-time argument of every variant, so a
+cubin is identified by :attr:`Plan.code` alone, and a whole range of batch sizes maps
+to a handful of cubins (:func:`codes_for_batches`).
 
 Variants (identical output):
 
-* ``static``  — the whole batch in a static ``__shared__`` tile of a power-of-two
+* ``static``  -- the whole batch in a static ``__shared__`` tile of a power-of-two
   capacity bucket; chosen while it fits the 48 KiB static limit.
-* ``dynamic`` — the whole batch in dynamic shared memory sized at launch; one cubin
+* ``dynamic`` -- the whole batch in dynamic shared memory sized at launch; one cubin
   for every batch up to the per-block opt-in limit.
-* ``chunked`` — slabs of ``chunk`` elements shared by a cooperative grid of at most one
+* ``chunked`` -- slabs of ``chunk`` elements shared by a cooperative grid of at most one
   block per SM, one launch (summarize, one in-kernel combine, emit); bounded shared
   memory, unlimited batch. Chosen past the static buckets: several blocks load and
   scan in parallel, so it beats one block of dynamic shared memory, which serves a
   batch only when forced. The slab is the smallest of SLAB_SIZES that still gives
-  every block one slab at most (measured fastest on an H200:
-  docs/benchmarks/README.md), else the default chunk.
+  every block one slab at most (measured fastest on an H200), else the default chunk.
+
+What differs between kernel families that share this tile-scan design (the size of a
+scan summary, of a block's workspace slot) comes in as a :class:`TileLayout`; the
+shared-memory formulas below are checked against the kernels by ``static_assert``\ s
+rendered into every source (see ``jitmeta/kernels``).
 """
 
 from __future__ import annotations
@@ -24,28 +29,35 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-from .. import envs
+from ..envs import Knobs
 from .arch import DeviceLimits
 
-__all__ = ["Plan", "PlanError", "CodeSpec", "plan", "codes_for_batches",
-           "smem_static", "smem_dynamic", "smem_chunked", "SCHEDULES", "VARIANTS",
-           "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK", "SLAB_SIZES",
-           "workspace_words", "chunked_grid"]
+__all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_batches",
+           "smem_static", "smem_dynamic", "smem_chunked", "smem_scratch", "tile_words",
+           "VARIANTS", "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK",
+           "SLAB_SIZES", "MAX_GRID", "EPOCH_WORDS", "workspace_words", "chunked_grid"]
 
-SCHEDULES = ("smxx", "sm90")
 VARIANTS = ("static", "dynamic", "chunked")
 MIN_STATIC_CAPACITY = 1024
 DEFAULT_THREADS = 1024
 DEFAULT_CHUNK = 8192
 SLAB_SIZES = (1024, 2048, 4096)  # smaller chunked slabs, while one per block suffices
-SLOT_WORDS = 8      # workspace words per block slot (templates: Schedule::kSlotWords)
-MAX_GRID = 1024     # blocks of a chunked launch at most (Schedule::kMaxGrid)
-WORD = 4  # bytes per element held in shared memory (one uint32 prefix sum)
+MAX_GRID = 1024     # blocks of a chunked launch at most
+EPOCH_WORDS = 4     # workspace words before the first slot (the epoch, padded)
+WORD = 4  # bytes per element held in shared memory (one uint32 word)
 
 
-def summary_bytes(varlen: bool) -> int:
-    """Bytes of one scan summary: a sum (dense) or two sums and two parities (varlen)."""
-    return 16 if varlen else 4
+@dataclass(frozen=True)
+class TileLayout:
+    """What a tile-scan kernel family tells the planner about its generated code.
+
+    ``summary_bytes``: one block-scan summary (the scratch holds one per warp plus two;
+    the chunked workspace one per slab). ``slot_words``: uint32 words of one block's
+    slot in the chunked workspace.
+    """
+
+    summary_bytes: int
+    slot_words: int
 
 
 class PlanError(ValueError):
@@ -75,27 +87,27 @@ def largest_tile(words: int) -> int:
 # sm_90 and later, DeviceLimits.smem_reserved_bytes). The planner checks static +
 # dynamic against the limits with the reserved bytes included.
 
-def smem_scratch(threads: int, varlen: bool) -> int:
+def smem_scratch(threads: int, layout: TileLayout) -> int:
     """Bytes of the block-scan scratch: one summary per warp plus two."""
-    return (threads // 32 + 2) * summary_bytes(varlen)
+    return (threads // 32 + 2) * layout.summary_bytes
 
 
-def smem_static(capacity: int, threads: int, varlen: bool, reserved: int) -> int:
+def smem_static(capacity: int, threads: int, layout: TileLayout, reserved: int) -> int:
     """Static variant: a tile of ``capacity`` elements (+ halo, padded) + scratch."""
-    return tile_words(capacity) * WORD + smem_scratch(threads, varlen) + reserved
+    return tile_words(capacity) * WORD + smem_scratch(threads, layout) + reserved
 
 
-def smem_dynamic(batch: int, threads: int, varlen: bool, reserved: int
+def smem_dynamic(batch: int, threads: int, layout: TileLayout, reserved: int
                  ) -> tuple[int, int]:
     """Dynamic variant: (static bytes, dynamic tile bytes at launch); the dynamic
     tile starts 16-byte aligned, so the static part is rounded up to 16."""
-    static = smem_scratch(threads, varlen) + reserved
+    static = smem_scratch(threads, layout) + reserved
     return -(-static // 16) * 16, tile_words(batch) * WORD
 
 
-def smem_chunked(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
+def smem_chunked(chunk: int, threads: int, layout: TileLayout, reserved: int) -> int:
     """Chunked variant: a static tile of ``chunk`` elements + scratch."""
-    return tile_words(chunk) * WORD + smem_scratch(threads, varlen) + reserved
+    return tile_words(chunk) * WORD + smem_scratch(threads, layout) + reserved
 
 
 def chunked_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
@@ -107,11 +119,12 @@ def chunked_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
     return -(-slabs // per)
 
 
-def workspace_words(batch: int, chunk: int, varlen: bool) -> int:
-    """uint32 words of the chunked workspace: the epoch (4 words), a slot for each of
-    up to MAX_GRID blocks and one summary per slab (layout and why the slots never
-    move: templates/jitmeta_schedule.cuh, Schedule::chunked)."""
-    return 4 + SLOT_WORDS * MAX_GRID + -(-batch // chunk) * summary_bytes(varlen) // WORD
+def workspace_words(batch: int, chunk: int, layout: TileLayout) -> int:
+    """uint32 words of the chunked workspace: the epoch (EPOCH_WORDS words), a slot for
+    each of up to MAX_GRID blocks and one summary per slab (the kernel's layout, and why
+    the slots never move, are described in its header)."""
+    return (EPOCH_WORDS + layout.slot_words * MAX_GRID
+            + -(-batch // chunk) * layout.summary_bytes // WORD)
 
 
 @dataclass(frozen=True)
@@ -180,9 +193,9 @@ def static_threads(capacity: int, threads: int) -> int:
     return max(min(256, threads), min(threads, capacity // 4))
 
 
-def _threads(limits: DeviceLimits) -> int:
+def _threads(limits: DeviceLimits, knobs: Knobs) -> int:
     cap = min(1024, limits.max_threads_per_block)
-    threads = envs.get("JITMETA_THREADS")
+    threads = knobs.threads
     if threads is None:
         return min(DEFAULT_THREADS, cap // 32 * 32)
     if threads % 32 or threads > cap:
@@ -192,29 +205,28 @@ def _threads(limits: DeviceLimits) -> int:
 
 
 def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
-         schedule: str, limits: DeviceLimits) -> Plan:
+         schedule: str, limits: DeviceLimits, knobs: Knobs, layout: TileLayout) -> Plan:
     """Choose the variant and parameters for one shape.
 
-    Honours ``JITMETA_VARIANT``, ``JITMETA_THREADS``, ``JITMETA_CHUNK``,
-    ``JITMETA_SMEM_BUDGET`` and ``JITMETA_ARCH``. Never returns a plan whose shared
-    memory exceeds the limits; a forced variant that cannot fit raises
-    :class:`PlanError`.
+    Honours the knobs ``variant``, ``threads``, ``chunk``, ``smem_budget`` and
+    ``arch`` (JITMETA_VARIANT, ...). Never returns a plan whose shared memory exceeds
+    the limits; a forced variant that cannot fit raises :class:`PlanError`.
+    ``schedule`` is recorded in the code as given (the kernel family checked it).
     """
-    if schedule not in SCHEDULES:
-        raise PlanError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if batch < 1 or next_n < 1 or num_sms < 1 or split_kv < 1:
-        raise PlanError(f"batch, next_n, num_sms and split_kv must be >= 1; got "
-                        f"{batch}, {next_n}, {num_sms}, {split_kv}")
-    arch = envs.get("JITMETA_ARCH") or limits.arch
-    budget = envs.get("JITMETA_SMEM_BUDGET")
+    for name, value in (("batch", batch), ("next_n", next_n), ("num_sms", num_sms),
+                        ("split_kv", split_kv)):
+        if value < 1:
+            raise PlanError(f"{name} must be >= 1; got {value}")
+    arch = knobs.arch or limits.arch
+    budget = knobs.smem_budget
     lim = limits.with_budget(budget)
-    threads = _threads(limits)
-    forced = envs.get("JITMETA_VARIANT")
-    chunk_forced = envs.get("JITMETA_CHUNK")
+    threads = _threads(limits, knobs)
+    forced = knobs.variant
+    chunk_forced = knobs.chunk
     chunk = chunk_forced or DEFAULT_CHUNK
     budget_note = f" (smem budget {budget} B)" if budget is not None else ""
 
-    tuned = envs.get("JITMETA_THREADS") is None
+    tuned = knobs.threads is None
 
     def tile_threads(capacity: int) -> int:  # a bucket's / slab's own block size
         return static_threads(capacity, threads) if tuned else threads
@@ -224,21 +236,21 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
 
     rsv = lim.smem_reserved_bytes
     if chunk_forced is None:  # shrink the default tile until it fits a small budget
-        while chunk > 32 and smem_chunked(chunk, threads, varlen, rsv) > lim.smem_static_bytes:
+        while chunk > 32 and smem_chunked(chunk, threads, layout, rsv) > lim.smem_static_bytes:
             chunk //= 2
 
     def make(variant: str, why: str) -> Plan | None:
         if variant == "static":
             cap = _bucket(batch)
             t = tile_threads(cap)
-            smem = smem_static(cap, t, varlen, rsv)
+            smem = smem_static(cap, t, layout, rsv)
             if smem > lim.smem_static_bytes:
                 return None
             return Plan(spec("static", cap, t), batch, next_n, num_sms, 1, smem, 0,
                         f"{why}: static tile of {cap} elements, {smem} B <= "
                         f"{lim.smem_static_bytes} B static limit{budget_note}")
         if variant == "dynamic":
-            st, dyn = smem_dynamic(batch, threads, varlen, rsv)
+            st, dyn = smem_dynamic(batch, threads, layout, rsv)
             if st + dyn > lim.smem_optin_bytes:
                 return None
             return Plan(spec("dynamic", 0), batch, next_n, num_sms, 1, st, dyn,
@@ -250,7 +262,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
                           if c < chunk and batch <= lim.sm_count * c), None)
             if small is not None:
                 slab, t = small, tile_threads(small)
-        smem = smem_chunked(slab, t, varlen, rsv)
+        smem = smem_chunked(slab, t, layout, rsv)
         if smem > lim.smem_static_bytes:
             return None
         grid = chunked_grid(batch, slab, lim.sm_count, t)
@@ -263,7 +275,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         if p is None and forced == "chunked":
             raise PlanError(
                 f"JITMETA_CHUNK={chunk} does not fit: the chunked tile needs "
-                f"{smem_chunked(chunk, threads, varlen, rsv)} B of static smem, more than "
+                f"{smem_chunked(chunk, threads, layout, rsv)} B of static smem, more than "
                 f"{lim.smem_static_bytes} B{budget_note}; use a smaller JITMETA_CHUNK")
         if p is None:
             raise PlanError(
@@ -279,12 +291,12 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             return p
     what = f"JITMETA_CHUNK={chunk}" if chunk_forced is not None else f"a chunk of {chunk}"
     raise PlanError(f"no variant fits the shared-memory limits: {what} "
-                    f"with {threads} threads needs {smem_chunked(chunk, threads, varlen, rsv)} B of "
+                    f"with {threads} threads needs {smem_chunked(chunk, threads, layout, rsv)} B of "
                     f"static smem, more than {lim.smem_static_bytes} B{budget_note}")
 
 
-def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bool
-                ) -> list[int]:
+def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, knobs: Knobs,
+                layout: TileLayout) -> list[int]:
     """Batch sizes in [lo, hi] where the plan can change (the planner is monotone)."""
     points = {lo, hi}
     cap = MIN_STATIC_CAPACITY
@@ -292,8 +304,8 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bo
         points.update((cap, cap + 1))
         cap *= 2
     # largest dynamic batch under the opt-in limit and the budget
-    lim = limits.with_budget(envs.get("JITMETA_SMEM_BUDGET"))
-    st, _ = smem_dynamic(0, threads, varlen, lim.smem_reserved_bytes)
+    lim = limits.with_budget(knobs.smem_budget)
+    st, _ = smem_dynamic(0, threads, layout, lim.smem_reserved_bytes)
     dyn_max = largest_tile((lim.smem_optin_bytes - st) // WORD)
     points.update((dyn_max, dyn_max + 1))
     for c in SLAB_SIZES:  # the chunked variant's slab changes there
@@ -302,16 +314,16 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, varlen: bo
 
 
 def codes_for_batches(batches: Iterable[tuple[int, int]], next_n: int, varlen: bool,
-                      num_sms: int, split_kv: int, schedule: str,
-                      limits: DeviceLimits) -> dict[CodeSpec, Plan]:
+                      num_sms: int, split_kv: int, schedule: str, limits: DeviceLimits,
+                      knobs: Knobs, layout: TileLayout) -> dict[CodeSpec, Plan]:
     """The distinct cubins (with one example plan each) serving batch ranges.
 
     ``batches`` is an iterable of inclusive ``(lo, hi)`` ranges.
     """
-    threads = _threads(limits)
+    threads = _threads(limits, knobs)
     out: dict[CodeSpec, Plan] = {}
     for lo, hi in batches:
-        for b in _boundaries(lo, hi, limits, threads, varlen):
-            p = plan(b, next_n, varlen, num_sms, split_kv, schedule, limits)
+        for b in _boundaries(lo, hi, limits, threads, knobs, layout):
+            p = plan(b, next_n, varlen, num_sms, split_kv, schedule, limits, knobs, layout)
             out.setdefault(p.code, p)
     return out

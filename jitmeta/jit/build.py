@@ -1,7 +1,9 @@
-"""Render -> compile -> cache for one :class:`CodeSpec`: memory, then disk, then NVRTC.
+"""Source -> key -> cubin for one :class:`KernelSource`: memory, then disk, then NVRTC.
 
 This is the only place that decides between a cache hit and a compile, so it holds
-the process counters (:func:`stats`) and the offline-mode and read-only policies.
+the process counters (:func:`stats`) and the offline-mode and read-only policies. It
+takes the knob snapshot explicitly and knows no kernel: what a miss message should
+say about the configuration comes from the caller (``hint``).
 """
 
 from __future__ import annotations
@@ -10,20 +12,20 @@ import datetime
 import json
 import logging
 import os
-import shlex
+import stat
 import threading
 import time
 from dataclasses import dataclass, replace
 
-from .. import envs
-from ..heuristics.plan import CodeSpec, Plan
-from ..impls.render import kernel_names, render
+from ..envs import Knobs
 from .cache import CacheError, DiskCache, cache_key
 from .compiler import CompileOptions, compile_cubin, cuda_bindings_version
 from .cubin_info import kernel_resources
+from .render import render
+from .source import KernelSource
 
-__all__ = ["Built", "OfflineMissError", "build", "stats", "reset_stats", "warm_command",
-           "key_for", "cache_for_root"]
+__all__ = ["Built", "OfflineMissError", "build", "stats", "reset_stats", "key_for",
+           "cache_for", "cache_for_root", "options_for", "bytecode_dir"]
 
 log = logging.getLogger("jitmeta")
 
@@ -35,11 +37,11 @@ class OfflineMissError(RuntimeError):
 @dataclass(frozen=True)
 class Built:
     key: str
-    code: CodeSpec
+    kernel: KernelSource
     cubin: bytes
     names: tuple[str, ...]
     meta: dict
-    source: str  # "memory", "disk" or "compiled"
+    source: str  # where it came from: "memory", "disk" or "compiled"
 
 
 _lock = threading.Lock()
@@ -47,7 +49,7 @@ _memory: dict[str, Built] = {}
 _key_locks: dict[str, threading.Lock] = {}
 _stats = {"memory_hits": 0, "disk_hits": 0, "compiles": 0, "misses": 0,
           "offline_misses": 0, "publish_lost": 0, "quarantined": 0, "pruned": 0}
-_caches: dict[str, DiskCache] = {}
+_caches: dict[tuple, DiskCache] = {}
 
 
 def stats() -> dict[str, int]:
@@ -75,73 +77,83 @@ def _count(name: str) -> None:
         _stats[name] += 1
 
 
-def cache_for_root(root=None) -> DiskCache:
-    """One DiskCache object per root (it remembers which warnings it has shown)."""
-    c = DiskCache(root)
+def cache_for_root(root=None, *, allow_shared: bool = False,
+                   lock_timeout: float = 60.0) -> DiskCache:
+    """One DiskCache object per (root, settings): it remembers which warnings it has
+    shown and which entries it found bad."""
+    c = DiskCache(root, allow_shared=allow_shared, lock_timeout=lock_timeout)
     with _lock:
-        return _caches.setdefault(str(c.root), c)
+        return _caches.setdefault((str(c.root), allow_shared, lock_timeout), c)
 
 
-def key_for(code: CodeSpec) -> tuple[str, str, CompileOptions, tuple[str, ...]]:
-    """(key, source, options, kernel names) of ``code``."""
-    source = render(code)
-    options = CompileOptions.for_arch(code.arch)
-    names = kernel_names(code)
-    return cache_key(source, options.as_bytes(), code.arch, names), source, options, names
+def cache_for(knobs: Knobs) -> DiskCache | None:
+    """The disk cache the knobs select (None with JITMETA_DISABLE_DISK_CACHE=1)."""
+    if knobs.disable_disk_cache:
+        return None
+    return cache_for_root(knobs.cache_dir, allow_shared=knobs.allow_shared_cache,
+                          lock_timeout=knobs.lock_timeout)
 
 
-def warm_command(plan: Plan, cache_dir=None) -> str:
-    """The ``jitmeta-cache warm`` command that produces ``plan``'s cubin.
-
-    Planner and compiler knobs in effect are prefixed as environment assignments;
-    ``cache_dir`` adds ``--cache-dir`` so that the command fills that exact cache.
-    """
-    c = plan.code
-    env = []
-    for name in ("JITMETA_VARIANT", "JITMETA_THREADS", "JITMETA_CHUNK",
-                 "JITMETA_SMEM_BUDGET"):
-        val = envs.get(name)
-        if val is not None:
-            env.append(f"{name}={val}")
-    flags = envs.get("JITMETA_NVRTC_FLAGS")
-    if flags:
-        env.append("JITMETA_NVRTC_FLAGS=" + shlex.quote(" ".join(flags)))
-    cmd = ["jitmeta-cache"]
-    if cache_dir is not None:
-        cmd += ["--cache-dir", shlex.quote(str(cache_dir))]
-    cmd += ["warm", "--arch", c.arch, "--num-sms", str(plan.num_sms), "--batch",
-            str(plan.batch), "--next-n", str(plan.next_n), "--varlen",
-            "yes" if c.varlen else "no", "--format", c.schedule, "--split-kv",
-            str(c.split_kv)]
-    return " ".join(env + cmd)
+def options_for(source: KernelSource, knobs: Knobs) -> CompileOptions:
+    """The exact NVRTC options of ``source`` under ``knobs`` (JITMETA_NVRTC_FLAGS)."""
+    return CompileOptions(arch=source.arch, extra=tuple(knobs.nvrtc_flags))
 
 
-def _code_command(code: CodeSpec, cache_dir=None) -> str:
-    """Best-effort warm command when only the code (no shape) is known."""
-    where = f" --cache-dir {shlex.quote(str(cache_dir))}" if cache_dir is not None else ""
-    return (f"jitmeta-cache{where} warm --arch {code.arch} --varlen "
-            f"{'yes' if code.varlen else 'no'} --format {code.schedule} --split-kv "
-            f"{code.split_kv} --batch <the batch sizes you serve>")
+_bytecode_dirs: dict[tuple, str | None] = {}
 
 
-def _record_miss(code: CodeSpec, plan: Plan | None, key: str, offline: bool) -> None:
+def bytecode_dir(disk: DiskCache | None) -> str | None:
+    """Where Jinja's compiled templates may be kept: the disk cache's ``jinja``
+    directory when it is private to this user and trusted (loading them runs their
+    code, like a cubin's), else None. Decided once per cache."""
+    if disk is None:
+        return None
+    k = (str(disk.root), disk.allow_shared)
+    if k in _bytecode_dirs:
+        return _bytecode_dirs[k]
+    from .cache import makedirs_private
+
+    path, found = disk.jinja_dir, None
+    try:
+        makedirs_private(path)
+        disk.check_trusted()
+        st = path.lstat()
+        mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+        if (mine and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                and os.access(path, os.W_OK | os.X_OK)):
+            found = str(path)
+    except (OSError, CacheError):
+        found = None
+    _bytecode_dirs[k] = found
+    return found
+
+
+def key_for(source: KernelSource, knobs: Knobs, disk: DiskCache | None = None
+            ) -> tuple[str, str, CompileOptions]:
+    """(key, rendered CUDA, options) of ``source`` under ``knobs``."""
+    text = render(source, bytecode_dir(disk))
+    options = options_for(source, knobs)
+    return cache_key(text, options.as_bytes(), source.arch, source.kernels), text, options
+
+
+def _record_miss(path: str | None, source: KernelSource, knobs: Knobs, key: str,
+                 example: dict | None, offline: bool) -> None:
     """Append one JSON line describing a miss to JITMETA_MISS_MANIFEST (if set).
 
     One ``write`` of one short line to an ``O_APPEND`` file: lines from concurrent
     processes do not interleave. ``jitmeta-cache warm --manifest FILE`` replays it.
     """
-    path = envs.get("JITMETA_MISS_MANIFEST")
     if not path:
         return
     record = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "key": key, "code": {k: getattr(code, k) for k in code.__dataclass_fields__},
-        "nvrtc_flags": list(envs.get("JITMETA_NVRTC_FLAGS")), "offline": bool(offline),
-        "plan": plan.to_dict() if plan is not None else None,
+        "key": key, "family": source.family, "code": dict(source.describe),
+        "nvrtc_flags": list(knobs.nvrtc_flags), "offline": bool(offline),
+        "plan": example,
     }
     line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, line)
         finally:
@@ -158,34 +170,63 @@ def _record_miss(code: CodeSpec, plan: Plan | None, key: str, offline: bool) -> 
 _manifest_warned: set[str] = set()
 
 
-def _metadata(code: CodeSpec, plan: Plan | None, options: CompileOptions,
-              names: tuple[str, ...], cubin: bytes, seconds: float, nvrtc: str) -> dict:
-    resources = {n: kernel_resources(cubin, n) for n in names}
+def _metadata(source: KernelSource, example: dict | None, options: CompileOptions,
+              cubin: bytes, seconds: float, nvrtc: str) -> dict:
+    describe = dict(source.describe)
     return {
-        "code": {k: getattr(code, k) for k in code.__dataclass_fields__},
-        "code_name": code.name,
-        "variant": code.variant,
-        "arch": code.arch,
-        "kernel_names": list(names),
+        "family": source.family,
+        "code": describe,
+        "code_name": source.name,
+        "variant": describe.get("variant", source.family),
+        "arch": source.arch,
+        "kernel_names": list(source.kernels),
         "nvrtc_options": [o.decode() for o in options.as_bytes()],
         "nvrtc_version": nvrtc,
         "cuda_bindings_version": cuda_bindings_version(),
-        "resources": resources,
-        "example_plan": plan.to_dict() if plan is not None else None,
+        "resources": {n: kernel_resources(cubin, n) for n in source.kernels},
+        "example_plan": example,
         "compile_seconds": round(seconds, 4),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 
-def build(code: CodeSpec, plan: Plan | None = None, *, cache: DiskCache | None = None,
-          offline: bool | None = None) -> Built:
-    """The cubin for ``code``: from memory, the disk cache, or a fresh NVRTC compile.
+def _apply_log_level(knobs: Knobs) -> None:
+    """JITMETA_LOG, when set, is the level of the 'jitmeta' logger (applied at each
+    build, never at import; no handler is added: the application decides where logs
+    go)."""
+    if knobs.log is not None:
+        wanted = getattr(logging, knobs.log.upper())
+        if log.level != wanted:
+            log.setLevel(wanted)
+
+
+def build(source: KernelSource, knobs: Knobs, *, cache: DiskCache | None = None,
+          offline: bool | None = None, example: dict | None = None,
+          hint: str | None = None) -> Built:
+    """The cubin for ``source``: from memory, the disk cache, or a fresh NVRTC compile.
+
+    Parameters
+    ----------
+    source : KernelSource
+        What to build.
+    knobs : jitmeta.envs.Knobs
+        The knob snapshot (cache root, offline mode, NVRTC flags, lock timeout, ...).
+    cache : DiskCache, optional
+        Use this cache instead of the one the knobs select.
+    offline : bool, optional
+        Override ``knobs.offline``.
+    example : dict, optional
+        A plan the cubin serves (recorded in the entry's metadata and in misses).
+    hint : str, optional
+        How to produce this cubin ahead of time (the ``jitmeta-cache warm`` command);
+        quoted by the offline-miss error.
 
     Concurrent callers for one key compile it once: threads through a per-key lock,
     processes through the disk cache's per-key file lock (bounded wait, then compile
     anyway).
     """
-    key, source, options, names = key_for(code)
+    disk = cache if cache is not None else cache_for(knobs)
+    key, text, options = key_for(source, knobs, disk)
     hit = _memory.get(key)
     if hit is not None:
         _count("memory_hits")
@@ -197,40 +238,29 @@ def build(code: CodeSpec, plan: Plan | None = None, *, cache: DiskCache | None =
         if hit is not None:
             _count("memory_hits")
             return replace(hit, source="memory")
-        built = _build_locked(code, plan, key, source, options, names, cache, offline)
+        built = _build_locked(source, knobs, key, text, options, disk,
+                              knobs.offline if offline is None else offline, example, hint)
         _memory[key] = built
         return built
 
 
-def _apply_log_level() -> None:
-    """JITMETA_LOG, when set, is the level of the 'jitmeta' logger (read at each build,
-    never at import; no handler is added: the application decides where logs go)."""
-    level = envs.get("JITMETA_LOG")
-    if level is not None:
-        wanted = getattr(logging, level.upper())
-        if log.level != wanted:
-            log.setLevel(wanted)
-
-
-def _build_locked(code, plan, key, source, options, names, cache, offline) -> Built:
-    _apply_log_level()
-    offline = envs.get("JITMETA_OFFLINE") if offline is None else offline
-    use_disk = not envs.get("JITMETA_DISABLE_DISK_CACHE")
-    disk = (cache or cache_for_root()) if use_disk else None
+def _build_locked(source, knobs, key, text, options, disk, offline, example, hint) -> Built:
+    _apply_log_level(knobs)
+    names = source.kernels
     if disk is not None:
         disk.problems.pop(key, None)
         entry = disk.load(key)
         if entry is not None:
             _count("disk_hits")
-            log.debug("cache hit %s (%s) in %s", key[:16], code.name, disk.root)
-            return Built(key, code, entry.cubin, names, entry.meta, "disk")
+            log.debug("cache hit %s (%s) in %s", key[:16], source.name, disk.root)
+            return Built(key, source, entry.cubin, names, entry.meta, "disk")
         if key in disk.problems:  # a bad entry was found and moved aside
             _count("quarantined")
     _count("misses")
-    _record_miss(code, plan, key, bool(offline))
+    _record_miss(knobs.miss_manifest, source, knobs, key, example, offline)
     if offline:
         _count("offline_misses")
-        raise OfflineMissError(_offline_message(code, plan, key, disk))
+        raise OfflineMissError(_offline_message(source, key, disk, hint))
     lock = None
     can_publish = disk is not None and disk.writable()
     if can_publish:
@@ -253,31 +283,32 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
             if lock is not None:
                 lock.release()
             _count("disk_hits")
-            return Built(key, code, entry.cubin, names, entry.meta, "disk")
+            return Built(key, source, entry.cubin, names, entry.meta, "disk")
     elif disk is not None:
         disk.warn_once("readonly", f"jitmeta cache {disk.root} is not writable: using its "
                                    "entries, compiling misses into memory only")
     try:
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("compiling %s (key %s); rendered source:\n%s", code.name, key[:16],
-                      source)
+            log.debug("compiling %s (key %s); rendered source:\n%s", source.name,
+                      key[:16], text)
         t0 = time.perf_counter()
-        result = compile_cubin(source, options, name=f"{code.name}.cu")
+        result = compile_cubin(text, options, name=f"{source.name}.cu")
         _count("compiles")
-        meta = _metadata(code, plan, options, names, result.cubin,
+        meta = _metadata(source, example, options, result.cubin,
                          time.perf_counter() - t0, result.nvrtc_version)
         if can_publish:
-            _publish(disk, key, result.cubin, meta, source)
-        return Built(key, code, result.cubin, names, meta, "compiled")
+            _publish(disk, knobs, key, result.cubin, meta, text)
+        return Built(key, source, result.cubin, names, meta, "compiled")
     finally:
         if lock is not None:
             lock.release()
 
 
-def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -> None:
+def _publish(disk: DiskCache, knobs: Knobs, key: str, cubin: bytes, meta: dict,
+             text: str) -> None:
     """Publish, then hold the cache to JITMETA_CACHE_MAX_BYTES (LRU, sparing ``key``)."""
     try:
-        _, won = disk.publish(key, cubin, meta, source)
+        _, won = disk.publish(key, cubin, meta, text)
     except (OSError, CacheError) as exc:
         disk.warn_once("publish", f"jitmeta: could not write to cache {disk.root} "
                                   f"({exc}); keeping cubins in memory")
@@ -285,7 +316,7 @@ def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -
     if not won:
         _count("publish_lost")
         return
-    cap = envs.get("JITMETA_CACHE_MAX_BYTES")
+    cap = knobs.cache_max_bytes
     if cap is not None:
         removed = disk.prune(max_bytes=cap, protect=(key,))
         if removed:
@@ -295,14 +326,8 @@ def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -
                       len(removed), disk.root, cap)
 
 
-def _offline_message(code: CodeSpec, plan: Plan | None, key: str,
-                     disk: DiskCache | None) -> str:
-    if plan is not None:
-        what = (f"{code.name} (batch {plan.batch}, next_n {plan.next_n}, "
-                f"{'varlen' if code.varlen else 'non-varlen'}, {plan.num_sms} SMs, "
-                f"format {code.schedule}, split_kv {code.split_kv}, {code.arch})")
-    else:
-        what = code.name
+def _offline_message(source: KernelSource, key: str, disk: DiskCache | None,
+                     hint: str | None) -> str:
     if disk is None:
         where = "memory (JITMETA_DISABLE_DISK_CACHE=1 leaves no disk cache to read)"
     else:
@@ -310,11 +335,9 @@ def _offline_message(code: CodeSpec, plan: Plan | None, key: str,
         problem = disk.problems.get(key)
         if problem:
             where += f" (its entry was bad: {problem}; it was quarantined)"
-    root = disk.root if disk is not None else None
-    cmd = warm_command(plan, cache_dir=root) if plan is not None else \
-        _code_command(code, cache_dir=root)
-    return (f"JITMETA_OFFLINE=1 and no cubin for {what}, key {key[:16]}, is in {where}. "
-            f"Produce it ahead of time (no GPU needed) with:\n    {cmd}\n"
+    cmd = hint or f"jitmeta-cache warm ... (the configuration {source.name})"
+    return (f"JITMETA_OFFLINE=1 and no cubin for {source.name}, key {key[:16]}, is in "
+            f"{where}. Produce it ahead of time (no GPU needed) with:\n    {cmd}\n"
             "then ship the cache (jitmeta-cache export/import), or unset JITMETA_OFFLINE "
             "to compile at run time. Set JITMETA_MISS_MANIFEST=FILE to record every miss "
             "and replay them with 'jitmeta-cache warm --manifest FILE'.")

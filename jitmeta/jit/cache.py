@@ -306,8 +306,11 @@ def deep_problem(key: str, meta: dict, cubin: bytes, source: bytes | None,
 class DiskCache:
     """One cache root. Thread- and process-safe; readers never see partial entries."""
 
-    def __init__(self, root: Path | str | None = None):
+    def __init__(self, root: Path | str | None = None, *, allow_shared: bool | None = None,
+                 lock_timeout: float = LOCK_TIMEOUT_S):
         self.root = Path(root) if root is not None else default_root()
+        self.allow_shared = allow_shared
+        self.lock_timeout = lock_timeout
         self.base = self.root / f"v{SCHEMA_VERSION}"
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
@@ -351,7 +354,10 @@ class DiskCache:
         be a sticky shared directory (like /tmp). ``JITMETA_ALLOW_SHARED_CACHE=1``
         turns the check off for a cache every writer of which is trusted.
         """
-        if envs.get("JITMETA_ALLOW_SHARED_CACHE"):
+        allow = self.allow_shared
+        if allow is None:
+            allow = envs.get("JITMETA_ALLOW_SHARED_CACHE")
+        if allow:
             return
         dirs = [self.root, self.base, self.entries_dir]
         if key is not None:
@@ -709,7 +715,7 @@ class DiskCache:
             raise CacheError(f"lock directory {d} is not a private directory of this user")
         root_tag = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:12]
         return filelock.FileLock(str(d / f"{root_tag}-{key[:32]}.lock"),
-                                 timeout=LOCK_TIMEOUT_S, **_filelock_kwargs())
+                                 timeout=self.lock_timeout, **_filelock_kwargs())
 
 
 def _tree_bytes(path: Path) -> int:

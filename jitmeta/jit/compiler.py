@@ -9,8 +9,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .. import envs
-
 __all__ = ["CompileOptions", "CompileError", "CompileResult", "compile_cubin",
            "nvrtc_version", "cuda_bindings_version"]
 
@@ -36,11 +34,6 @@ class CompileOptions:
     arch: str  # "sm_90", "sm_90a", "sm_100", ...
     std: str = "c++17"
     extra: tuple[str, ...] = field(default_factory=tuple)
-
-    @classmethod
-    def for_arch(cls, arch: str) -> "CompileOptions":
-        """Options for ``arch`` plus ``JITMETA_NVRTC_FLAGS``."""
-        return cls(arch=arch, extra=tuple(envs.get("JITMETA_NVRTC_FLAGS")))
 
     def as_bytes(self) -> list[bytes]:
         flags = [f"--gpu-architecture={self.arch}", f"--std={self.std}",

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import driver as _cuda_driver
 
-__all__ = ["DriverError", "LoadedModule", "KernelParams", "load_module", "get_module",
-           "loaded_modules", "launch", "allocate", "primary_context", "device_context",
-           "make_current", "pop_current", "thread_params", "POINTER", "UINT32"]
+__all__ = ["DriverError", "CaptureCompileError", "LoadedModule", "KernelParams",
+           "load_module", "get_module", "loaded_modules", "launch", "allocate",
+           "primary_context", "device_context", "make_current", "pop_current",
+           "thread_params", "POINTER", "UINT32"]
 
 
 class DriverError(RuntimeError):
@@ -32,6 +33,11 @@ class DriverError(RuntimeError):
     def __init__(self, message: str, code: int = 0):
         super().__init__(message)
         self.code = code
+
+
+class CaptureCompileError(RuntimeError):
+    """A call inside CUDA-graph capture would need a compile, a module load or an
+    allocation: warm it before capturing."""
 
 
 #: CUresult of a cooperative launch with more blocks than can be resident at once
@@ -47,19 +53,15 @@ _context_ids: dict[int, int] = {}  # device -> int(primary context handle)
 _modules: dict[tuple[int, str], "LoadedModule"] = {}
 _initialized = False
 _tls = threading.local()
-# cuda.bindings.driver is imported with jitmeta (it needs no GPU and loads libcuda only
-# on its first call): its import takes 25-50 ms, which a first call would pay otherwise.
+# cuda.bindings.driver is imported with jitmeta's JIT layer (it needs no GPU and loads
+# libcuda only on its first call): its import takes 25-50 ms, which a first call would
+# pay otherwise.
 _drv = _cuda_driver
 
 
-def _driver():
-    return _drv
-
-
 def _error(err, what: str) -> DriverError:
-    driver = _driver()
-    _, name = driver.cuGetErrorName(err)
-    _, text = driver.cuGetErrorString(err)
+    _, name = _drv.cuGetErrorName(err)
+    _, text = _drv.cuGetErrorString(err)
     return DriverError(f"{what} failed: {name.decode() if name else err} "
                        f"({text.decode() if text else ''})", int(err))
 
@@ -82,7 +84,7 @@ def primary_context(device: int):
     ctx = _contexts.get(device)
     if ctx is not None:
         return ctx
-    driver = _driver()
+    driver = _drv
     with _lock:
         if not _initialized:
             _check(driver.cuInit(0), "cuInit")
@@ -153,8 +155,6 @@ class LoadedModule:
     key: str
     module: object
     functions: dict[str, object] = field(default_factory=dict)
-    registers: dict[str, int] = field(default_factory=dict)
-    max_dynamic_smem: int = 0
 
 
 def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
@@ -167,7 +167,7 @@ def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
     mod = _modules.get((device, key))
     if mod is not None:
         return mod
-    driver = _driver()
+    driver = _drv
     with _lock:
         mod = _modules.get((device, key))
         if mod is not None:
@@ -184,10 +184,6 @@ def load_module(device: int, key: str, cubin: bytes, names: tuple[str, ...],
                         .CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_dynamic_smem),
                         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
                 loaded.functions[name] = fn
-                loaded.registers[name] = _check(driver.cuFuncGetAttribute(
-                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
-                    "cuFuncGetAttribute(NUM_REGS)")
-            loaded.max_dynamic_smem = max_dynamic_smem
         _modules[(device, key)] = loaded
     return loaded
 
@@ -197,7 +193,7 @@ def allocate(device: int, nbytes: int) -> int:
     allocator (so outside any CUDA-graph memory pool), never freed. For small buffers
     that live as long as the process (a captured graph may keep using them). Waits
     for the zeroing (never call it during CUDA-graph capture)."""
-    driver = _driver()
+    driver = _drv
     with device_context(device):
         ptr = _check(driver.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")
         _check(driver.cuMemsetD8(ptr, 0, nbytes), "cuMemsetD8")
@@ -256,15 +252,6 @@ class KernelParams:
         self.address = ctypes.addressof(self.pointers)
         self.pack = functools.partial(layout.pack_into, self.buffer, 0)
 
-    def values(self) -> tuple[int, ...]:
-        """Read the packed values back through the pointer array (for tests)."""
-        out = []
-        for i, t in enumerate(self.types):
-            addr = self.pointers[i]
-            out.append(ctypes.c_uint64.from_address(addr).value if t is POINTER
-                       else ctypes.c_uint32.from_address(addr).value)
-        return tuple(out)
-
 
 def thread_params(types: tuple) -> KernelParams:
     """This thread's :class:`KernelParams` for the signature ``types``."""
@@ -289,7 +276,7 @@ def _launch_config(grid: int, threads: int, smem: int, stream: int, pdl: bool,
         configs = _tls.launch_configs = {}
     cfg = configs.get((pdl, cooperative))
     if cfg is None:
-        driver = _driver()
+        driver = _drv
         cfg = driver.CUlaunchConfig()
         cfg.gridDimY = cfg.gridDimZ = cfg.blockDimY = cfg.blockDimZ = 1
         attrs = []

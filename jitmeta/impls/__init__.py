@@ -1,1 +1,0 @@
-"""Code generation (render) and launch of the schedule kernels."""

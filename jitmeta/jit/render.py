@@ -1,0 +1,88 @@
+"""Render a :class:`~jitmeta.jit.source.KernelSource` into self-contained CUDA source.
+
+Pure and deterministic: the same source value gives byte-identical CUDA. One Jinja2
+environment with ``StrictUndefined`` (a typo fails instead of becoming an empty
+string in CUDA); templates and headers are read from the installed
+``jitmeta.templates`` package. Headers hold no template syntax and are passed to the
+template as values (``headers[name]``), which keeps Jinja from lexing hundreds of lines
+on a process's first call.
+
+Compiling a template is most of a cache hit's cost in a fresh process (several ms), so
+the build may hand :func:`render` a directory for Jinja's compiled templates (Jinja's
+own bytecode cache, keyed by the template's checksum). That cache is best effort: a
+failed read or write of it (a full disk, a read-only directory) never fails a render.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from importlib import resources
+
+import jinja2
+
+from .source import KernelSource
+
+__all__ = ["render", "header_text"]
+
+log = logging.getLogger("jitmeta")
+
+
+class _PackageLoader(jinja2.BaseLoader):
+    """Loads templates from the ``jitmeta.templates`` package (wheel or editable)."""
+
+    def get_source(self, environment, template):
+        ref = resources.files("jitmeta.templates").joinpath(template)
+        try:
+            text = ref.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise jinja2.TemplateNotFound(template) from None
+        return text, None, lambda: True
+
+
+class _BestEffortBytecode(jinja2.FileSystemBytecodeCache):
+    """Jinja's file bytecode cache, minus the failures: an unreadable or unwritable
+    file is a miss (logged at debug level), never an error."""
+
+    def load_bytecode(self, bucket):
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError) as exc:
+            log.debug("jinja bytecode cache unreadable (%s); compiling the template", exc)
+            bucket.reset()
+
+    def dump_bytecode(self, bucket):
+        try:
+            super().dump_bytecode(bucket)
+        except OSError as exc:
+            log.debug("jinja bytecode cache not written (%s)", exc)
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(bytecode_dir: str | None = None) -> jinja2.Environment:
+    cache = _BestEffortBytecode(bytecode_dir) if bytecode_dir else None
+    return jinja2.Environment(loader=_PackageLoader(), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False,
+                              bytecode_cache=cache)
+
+
+@functools.lru_cache(maxsize=32)
+def header_text(name: str) -> str:
+    """The text of the packaged header ``name``."""
+    return resources.files("jitmeta.templates").joinpath(name).read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=512)
+def _render(source: KernelSource, bytecode_dir: str | None) -> str:
+    headers = {h: header_text(h) for h in source.headers}
+    return _environment(bytecode_dir).get_template(source.template).render(
+        headers=headers, **dict(source.params))
+
+
+def render(source: KernelSource, bytecode_dir: str | None = None) -> str:
+    """Self-contained CUDA source for ``source``.
+
+    ``bytecode_dir``: where Jinja may keep compiled templates (None: nowhere); it never
+    changes the result.
+    """
+    return _render(source, bytecode_dir)

@@ -1,0 +1,162 @@
+"""Kernel family: the paged-MQA-logits schedule in the atom formats ("smxx", "sm90").
+
+Everything specific to this family lives here: its template and header, the layout
+the planner needs (:func:`layout`), the render parameters (:func:`source`), the kernel
+arguments and launch geometry (:class:`ScheduleCall`), its workspace needs
+(:func:`workspace_words`) and the command that warms one of its cubins
+(:func:`warm_command`). The semantics of the formats are described in
+``docs/schedule.md``; the design of the kernels in the header's comments.
+
+Kernel signature (every variant)::
+
+    jitmeta_emit(const int* context_lens, const int* indices, u32 batch, u32 next_n,
+                 u32 num_sms, int* out, u32* ws)
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from ..envs import Knobs
+from ..heuristics.arch import DeviceLimits
+from ..heuristics.plan import (EPOCH_WORDS, MAX_GRID, CodeSpec, Plan, TileLayout,
+                               codes_for_batches as _codes, plan as _plan, smem_scratch,
+                               tile_words, workspace_words as _ws_words)
+from ..jit import runtime
+from ..jit.launcher import Launch
+from ..jit.source import KernelSource
+
+__all__ = ["NAME", "SCHEDULES", "TEMPLATE", "HEADERS", "KERNEL", "ARG_TYPES", "layout",
+           "plan", "codes_for_batches", "source", "workspace_words", "ScheduleCall",
+           "warm_command", "max_dynamic_smem"]
+
+NAME = "paged_mqa_schedule"
+SCHEDULES = ("smxx", "sm90")
+TEMPLATE = "paged_mqa_metadata.cu.j2"
+HEADERS = ("jitmeta_schedule.cuh",)
+KERNEL = "jitmeta_emit"
+SLOT_WORDS = 8  # uint32 words of a block's slot: one tagged 64-bit word per summary field
+ARG_TYPES = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
+             runtime.UINT32, runtime.POINTER, runtime.POINTER)
+
+
+def layout(schedule: str, varlen: bool) -> TileLayout:
+    """Dense: a summary is one uint32 sum; varlen: two sums and two parities."""
+    return TileLayout(summary_bytes=16 if varlen else 4, slot_words=SLOT_WORDS)
+
+
+def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
+         schedule: str, limits: DeviceLimits, knobs: Knobs) -> Plan:
+    """The planner's decision for one shape of this family."""
+    return _plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
+                 layout(schedule, varlen))
+
+
+def codes_for_batches(batches, next_n: int, varlen: bool, num_sms: int, split_kv: int,
+                      schedule: str, limits: DeviceLimits, knobs: Knobs
+                      ) -> dict[CodeSpec, Plan]:
+    return _codes(batches, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
+                  layout(schedule, varlen))
+
+
+def source(code: CodeSpec) -> KernelSource:
+    """The cubin inputs of ``code``. Besides what shapes the kernel, the parameters
+    carry the numbers the planner assumed about it; the stub ``static_assert``\\ s them,
+    so a mismatch fails to compile instead of computing garbage."""
+    lay = layout(code.schedule, code.varlen)
+    params = {
+        "code_name": code.name, "variant": code.variant, "varlen": code.varlen,
+        "schedule": code.schedule, "split_kv": code.split_kv, "threads": code.threads,
+        "capacity": code.capacity,
+        # checked against the kernel by static_assert
+        "summary_bytes": lay.summary_bytes,
+        "scratch_bytes": smem_scratch(code.threads, lay),
+        "slot_words": lay.slot_words, "max_grid": MAX_GRID, "epoch_words": EPOCH_WORDS,
+        "tile_words": tile_words(code.capacity),
+    }
+    describe = {k: getattr(code, k) for k in code.__dataclass_fields__}
+    return KernelSource.make(family=NAME, name=code.name, template=TEMPLATE, params=params,
+                             kernels=(KERNEL,), arch=code.arch, headers=HEADERS,
+                             describe=describe)
+
+
+def workspace_words(p: Plan) -> int:
+    """Workspace words a call of ``p`` needs (0 unless chunked)."""
+    if p.variant != "chunked":
+        return 0
+    return _ws_words(p.batch, p.code.capacity, layout(p.code.schedule, p.code.varlen))
+
+
+def max_dynamic_smem(p: Plan, limits: DeviceLimits) -> int:
+    """The dynamic shared memory a loaded function must be allowed (dynamic variant)."""
+    if p.variant != "dynamic":
+        return 0
+    return limits.smem_optin_bytes - p.smem_static_bytes
+
+
+@dataclass(frozen=True)
+class ScheduleCall:
+    """One planned shape, loaded: everything a call needs after the first one.
+
+    Calling it packs the arguments in the kernel's order and launches; the caller has
+    made the device's context current and chosen the stream and the workspace.
+    """
+
+    plan: Plan
+    launch: Launch
+    ws_words: int
+    # derived from ``plan`` (one shape): what the hot path reads without a lookup
+    device: int = field(init=False, repr=False)
+    batch: int = field(init=False, repr=False)
+    next_n: int = field(init=False, repr=False)
+    num_sms: int = field(init=False, repr=False)
+    out_shape: tuple[int, int] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "device", self.launch.device)
+        object.__setattr__(self, "batch", self.plan.batch)
+        object.__setattr__(self, "next_n", self.plan.next_n)
+        object.__setattr__(self, "num_sms", self.plan.num_sms)
+        object.__setattr__(self, "out_shape", (self.plan.num_sms + 1, 2))
+
+    @classmethod
+    def make(cls, device: int, p: Plan, function: object) -> "ScheduleCall":
+        return cls(p, Launch(device, function, p.grid, p.threads, p.smem_dynamic_bytes,
+                             p.variant == "chunked", ARG_TYPES), workspace_words(p))
+
+    def __call__(self, ctx_ptr: int, idx_ptr: int, out_ptr: int, stream: int,
+                 ws_ptr: int, pdl: bool) -> None:
+        self.launch((ctx_ptr, idx_ptr, self.batch, self.next_n, self.num_sms, out_ptr,
+                     ws_ptr), stream, pdl)
+
+
+def warm_command(p: Plan, knobs: Knobs, cache_dir=None) -> str:
+    """The ``jitmeta-cache warm`` command that produces ``p``'s cubin.
+
+    Planner and compiler knobs in effect are prefixed as environment assignments;
+    ``cache_dir`` adds ``--cache-dir`` so that the command fills that exact cache.
+    """
+    c = p.code
+    env = [f"{name}={value}" for name, value in (
+        ("JITMETA_VARIANT", knobs.variant), ("JITMETA_THREADS", knobs.threads),
+        ("JITMETA_CHUNK", knobs.chunk), ("JITMETA_SMEM_BUDGET", knobs.smem_budget))
+        if value is not None]
+    if knobs.nvrtc_flags:
+        env.append("JITMETA_NVRTC_FLAGS=" + shlex.quote(" ".join(knobs.nvrtc_flags)))
+    cmd = ["jitmeta-cache"]
+    if cache_dir is not None:
+        cmd += ["--cache-dir", shlex.quote(str(cache_dir))]
+    cmd += ["warm", "--arch", c.arch, "--num-sms", str(p.num_sms), "--batch",
+            str(p.batch), "--next-n", str(p.next_n), "--varlen",
+            "yes" if c.varlen else "no", "--format", c.schedule, "--split-kv",
+            str(c.split_kv)]
+    return " ".join(env + cmd)
+
+
+def describe_plan(p: Plan) -> str:
+    """The configuration in words (for error messages)."""
+    c = p.code
+    return (f"{c.name} (batch {p.batch}, next_n {p.next_n}, "
+            f"{'varlen' if c.varlen else 'non-varlen'}, {p.num_sms} SMs, format "
+            f"{c.schedule}, split_kv {c.split_kv}, {c.arch})")
