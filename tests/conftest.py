@@ -7,6 +7,7 @@ Cache fixtures (used by test_cache.py, test_cli.py, test_bundle.py):
   ``JITMETA_CACHE_DIR`` (through ``envs.override``) for the test.
 * ``golden_codes`` / ``golden_cache`` — three small configurations compiled once per
   session; ``populated_cache`` copies them into the test's ``cache_dir`` (no compile).
+* ``sm90``        — the planner's limits of the sm_90 arch table (132 SMs), no GPU.
 * ``rng``         — a ``random.Random`` whose seed is printed (shown on failure) and can
   be fixed with ``JITMETA_TEST_SEED``.
 * ``run_python``  — runs a Python snippet in a real child process of this interpreter.
@@ -60,13 +61,14 @@ def cache_dir(tmp_path, fresh_jit):
 
 
 def _golden_plans():
+    from jitmeta.envs import Knobs
     from jitmeta.heuristics.arch import limits_for_arch
-    from jitmeta.heuristics.plan import plan
+    from jitmeta.kernels import plan
 
-    lim = limits_for_arch("sm_90", 132)
-    return [plan(100, 1, False, 132, 256, "smxx", lim),      # static, dense
-            plan(100, 1, True, 132, 256, "smxx", lim),       # static, varlen
-            plan(70000, 1, False, 132, 256, "smxx", lim)]    # chunked: cooperative
+    lim, knobs = limits_for_arch("sm_90", 132), Knobs()  # the defaults, whatever the env
+    return [plan(100, 1, False, 132, 256, "smxx", lim, knobs),      # static, dense
+            plan(100, 1, True, 132, 256, "smxx", lim, knobs),       # static, varlen
+            plan(70000, 1, False, 132, 256, "smxx", lim, knobs)]    # chunked: cooperative
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +80,7 @@ def golden_codes():
 @pytest.fixture(scope="session")
 def golden_cache(tmp_path_factory, golden_codes):
     """A cache root holding the golden entries (compiled once per session)."""
-    from jitmeta import envs
+    from jitmeta import envs, kernels
     from jitmeta.jit import build as jit_build
     from jitmeta.jit.cache import DiskCache
 
@@ -86,8 +88,9 @@ def golden_cache(tmp_path_factory, golden_codes):
     cache = DiskCache(root)
     jit_build.reset_stats(clear_memory=True)
     with envs.override(JITMETA_CACHE_DIR=str(root)):
+        knobs = envs.snapshot()
         for code, p in golden_codes:
-            jit_build.build(code, p, cache=cache)
+            jit_build.build(kernels.source(code), knobs, cache=cache, example=p.to_dict())
     jit_build.reset_stats(clear_memory=True)
     return root
 
@@ -99,6 +102,13 @@ def populated_cache(cache_dir, golden_cache):
 
     shutil.copytree(golden_cache, cache_dir, symlinks=True)
     return cache_for_root(cache_dir)
+
+
+@pytest.fixture
+def sm90():
+    from jitmeta.heuristics.arch import limits_for_arch
+
+    return limits_for_arch("sm_90")
 
 
 @pytest.fixture
