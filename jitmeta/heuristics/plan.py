@@ -53,11 +53,17 @@ class TileLayout:
 
     ``summary_bytes``: one block-scan summary (the scratch holds one per warp plus two;
     the chunked workspace one per slab). ``slot_words``: uint32 words of one block's
-    slot in the chunked workspace.
+    slot in the chunked workspace. ``tile_align``: a static tile is declared with a
+    multiple of this many words (so summaries declared next to it need no padding).
     """
 
     summary_bytes: int
     slot_words: int
+    tile_align: int = 1
+
+    def tile_alloc_words(self, n: int) -> int:
+        """Words a static tile of ``n`` elements is declared with."""
+        return -(-tile_words(n) // self.tile_align) * self.tile_align
 
 
 class PlanError(ValueError):
@@ -94,7 +100,7 @@ def smem_scratch(threads: int, layout: TileLayout) -> int:
 
 def smem_static(capacity: int, threads: int, layout: TileLayout, reserved: int) -> int:
     """Static variant: a tile of ``capacity`` elements (+ halo, padded) + scratch."""
-    return tile_words(capacity) * WORD + smem_scratch(threads, layout) + reserved
+    return layout.tile_alloc_words(capacity) * WORD + smem_scratch(threads, layout) + reserved
 
 
 def smem_dynamic(batch: int, threads: int, layout: TileLayout, reserved: int
@@ -107,7 +113,7 @@ def smem_dynamic(batch: int, threads: int, layout: TileLayout, reserved: int
 
 def smem_chunked(chunk: int, threads: int, layout: TileLayout, reserved: int) -> int:
     """Chunked variant: a static tile of ``chunk`` elements + scratch."""
-    return tile_words(chunk) * WORD + smem_scratch(threads, layout) + reserved
+    return layout.tile_alloc_words(chunk) * WORD + smem_scratch(threads, layout) + reserved
 
 
 def chunked_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
