@@ -7,6 +7,8 @@ Cache fixtures (used by test_cache.py, test_cli.py, test_bundle.py):
   ``JITMETA_CACHE_DIR`` (through ``envs.override``) for the test.
 * ``golden_codes`` / ``golden_cache`` — three small configurations compiled once per
   session; ``populated_cache`` copies them into the test's ``cache_dir`` (no compile).
+* ``two_devices`` — limits of sm_90 (132 SMs) and sm_80 (108 SMs) as CUDA devices 0 and
+  1 in ``jitmeta.dispatch``'s per-device table: a mixed host, without a GPU.
 * ``sm90``        — the planner's limits of the sm_90 arch table (132 SMs), no GPU.
 * ``rng``         — a ``random.Random`` whose seed is printed (shown on failure) and can
   be fixed with ``JITMETA_TEST_SEED``.
@@ -102,6 +104,16 @@ def populated_cache(cache_dir, golden_cache):
 
     shutil.copytree(golden_cache, cache_dir, symlinks=True)
     return cache_for_root(cache_dir)
+
+
+@pytest.fixture
+def two_devices(monkeypatch):
+    from jitmeta import dispatch
+    from jitmeta.heuristics.arch import limits_for_arch
+
+    monkeypatch.setitem(dispatch._limits, 0, limits_for_arch("sm_90", 132))
+    monkeypatch.setitem(dispatch._limits, 1, limits_for_arch("sm_80", 108))
+    return dispatch._limits
 
 
 @pytest.fixture

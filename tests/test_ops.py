@@ -8,18 +8,16 @@
 * eager calls skip the dispatcher;
 * thread safety of the CPU path, and of plan + build with real NVRTC (each cache key
   compiled once, per-device limits and arch);
-* the pieces of the lean launch path that need no driver: knob snapshots, per-thread
-  kernel-argument buffers, workspace keys.
+* the knob snapshot the hot path keys on.
 
-GPU behaviour (launch, CUDA graphs, streams, PDL, devices) is in test_gpu_serving.py.
+CPU results are checked against the independent oracle ``tests/spec_oracle.py``. The
+CUDA glue against a stand-in driver (launch arguments, contexts, PDL, capture, grid
+caps) is in test_launch.py; GPU behaviour in test_gpu_serving.py.
 """
-
 from __future__ import annotations
 
-import ctypes
 import os
 import random
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,9 +27,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import jitmeta
-from jitmeta import api, envs
-from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.jit import runtime
+import jitmeta.ops  # noqa: F401  (registers torch.ops.jitmeta; the package itself is lazy)
+from jitmeta import dispatch, envs, kernels
+from jitmeta.jit import build as jit_build
+
+from spec_oracle import spec_schedule
 
 I32 = torch.int32
 OP = torch.ops.jitmeta.paged_mqa_logits_metadata.default
@@ -73,11 +73,17 @@ CASES = ["dense", "flat", "next_n=3-sm90", "varlen", "split128-one-sm",
          "zeros-more-sms-than-batch"]
 
 
+def oracle(ctx, num_sms, indices=None, split_kv=256, schedule="smxx") -> torch.Tensor:
+    """The independent oracle's rows as an int32 tensor (its values all fit int32 here)."""
+    rows = spec_schedule(ctx.reshape(ctx.shape[0], -1).tolist(), num_sms,
+                         None if indices is None else indices.tolist(), split_kv, schedule)
+    return torch.tensor(rows, dtype=I32).view(num_sms + 1, 2)
+
+
 def _reference(args, kwargs):
     ctx, _, num_sms, *rest = args
-    return jitmeta.reference_schedule(ctx, num_sms, rest[0] if rest else None,
-                                      split_kv=kwargs.get("split_kv", 256),
-                                      schedule=kwargs.get("schedule", "smxx"))
+    return oracle(ctx, num_sms, rest[0] if rest else None, kwargs.get("split_kv", 256),
+                  kwargs.get("schedule", "smxx"))
 
 
 # --- registration -------------------------------------------------------------------------
@@ -97,17 +103,24 @@ def test_schemas():
 
 
 def test_import_registers_the_ops_and_nothing_else(run_python, tmp_path):
+    """``import jitmeta`` is lazy (no torch); the first torch-facing name registers both
+    ops, and still nothing initializes CUDA, loads libcuda or creates a file."""
     res = run_python("""
-        import os, sys, torch
+        import os, sys
         import jitmeta
+        print("torch" in sys.modules)
+        import torch
         ops = torch.ops.jitmeta
-        print(hasattr(ops, "paged_mqa_logits_metadata"),
+        before = hasattr(ops, "paged_mqa_logits_metadata")
+        jitmeta.get_paged_mqa_logits_metadata  # a torch-facing name
+        print(before, hasattr(ops, "paged_mqa_logits_metadata"),
               hasattr(ops, "paged_mqa_logits_metadata_out"),
               torch.cuda.is_initialized(), "cuda.bindings.driver" in sys.modules and
               "libcuda" in open("/proc/self/maps").read(), sorted(os.listdir(".")))
         """, cwd=tmp_path, env={"JITMETA_CACHE_DIR": str(tmp_path / "cache")})
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["True", "True", "False", "False", "[]"], res.stdout
+    assert res.stdout.split() == ["False", "False", "True", "True", "False", "False", "[]"], \
+        res.stdout
 
 
 # --- opcheck and the fake implementation --------------------------------------------------
@@ -183,8 +196,8 @@ def test_compile_fullgraph_cpu_inductor():
     out = torch.full((17, 2), -1, dtype=I32)
     fresh, res = compiled(ctx, idx, out)
     assert res is out
-    assert torch.equal(fresh, jitmeta.reference_schedule(ctx, 16, idx) + 1)
-    assert torch.equal(out, jitmeta.reference_schedule(ctx, 16, schedule="sm90"))
+    assert torch.equal(fresh, oracle(ctx, 16, idx) + 1)
+    assert torch.equal(out, oracle(ctx, 16, schedule="sm90"))
 
 
 def test_compile_fullgraph_records_one_op_per_call():
@@ -204,7 +217,7 @@ def test_compile_fullgraph_records_one_op_per_call():
     assert len(graphs) == 1
     targets = _ops_in(graphs[0])
     assert targets.count(OP_OUT) == 1 and targets.count(OP) == 1, targets
-    assert torch.equal(res, out) and torch.equal(out, jitmeta.reference_schedule(ctx, 8))
+    assert torch.equal(res, out) and torch.equal(out, oracle(ctx, 8))
 
 
 def test_compile_dynamic_shapes_and_num_sms():
@@ -217,7 +230,7 @@ def test_compile_dynamic_shapes_and_num_sms():
     for batch, num_sms in [(10, 8), (33, 16), (70, 5), (129, 300)]:
         ctx, idx = _lengths(gen, batch), _indices(gen, batch)
         assert torch.equal(compiled(ctx, idx, num_sms),
-                           jitmeta.reference_schedule(ctx, num_sms, idx)), (batch, num_sms)
+                           oracle(ctx, num_sms, idx)), (batch, num_sms)
 
 
 def test_compile_reports_bad_input_by_name():
@@ -283,7 +296,7 @@ def test_cpu_path_from_16_threads():
         idx = _indices(gen, batch) if varlen else None
         num_sms, schedule = [1, 8, 132, 500][i % 4], ("smxx", "sm90")[i % 2]
         cases.append((ctx, idx, num_sms, schedule,
-                      jitmeta.reference_schedule(ctx, num_sms, idx, schedule=schedule)))
+                      oracle(ctx, num_sms, idx, schedule=schedule)))
 
     def worker(t: int) -> int:
         rng = random.Random(SEED + t)
@@ -300,27 +313,18 @@ def test_cpu_path_from_16_threads():
         assert sum(pool.map(worker, range(16))) == 0, f"seed {SEED}"
 
 
-@pytest.fixture
-def two_devices(monkeypatch):
-    """Limits of two different GPUs as devices 0 and 1 (a mixed host), without a GPU:
-    the planner reads them from api.device_limits' per-device table."""
-    monkeypatch.setitem(api._limits, 0, limits_for_arch("sm_90", 132))
-    monkeypatch.setitem(api._limits, 1, limits_for_arch("sm_80", 108))
-    return api._limits
-
-
 def test_plans_follow_the_device(two_devices):
     for batch in (100, 5000, 40000, 70000):
-        p0 = api.plan_for(batch, 1, True, 132, 256, "smxx", 0)
-        p1 = api.plan_for(batch, 1, True, 132, 256, "smxx", 1)
+        p0 = dispatch.plan_for(batch, 1, True, 132, 256, "smxx", 0)
+        p1 = dispatch.plan_for(batch, 1, True, 132, 256, "smxx", 1)
         assert (p0.code.arch, p1.code.arch) == ("sm_90", "sm_80")
         assert p0.smem_bytes <= two_devices[0].smem_optin_bytes
         assert p1.smem_bytes <= two_devices[1].smem_optin_bytes
     # the SM count moves the chunked variant's slab-size steps down:
     # 250000 <= 132 * 2048 = 270336 (H100: slabs of 2048) but > 108 * 2048 = 221184 and
     # <= 108 * 4096 = 442368 (A100: slabs of 4096)
-    h100 = api.plan_for(250000, 1, False, 132, 256, "smxx", 0)
-    a100 = api.plan_for(250000, 1, False, 132, 256, "smxx", 1)
+    h100 = dispatch.plan_for(250000, 1, False, 132, 256, "smxx", 0)
+    a100 = dispatch.plan_for(250000, 1, False, 132, 256, "smxx", 1)
     assert (h100.variant, h100.code.capacity) == ("chunked", 2048)
     assert (a100.variant, a100.code.capacity) == ("chunked", 4096)
 
@@ -331,10 +335,12 @@ def test_build_from_16_threads_compiles_each_key_once(cache_dir, two_devices):
     shapes = [(dev, batch, next_n, varlen)
               for dev in (0, 1) for batch, next_n, varlen in
               [(100, 1, False), (90, 2, False), (100, 1, True), (700, 1, True)]]
+    knobs = envs.snapshot()
     expected = {}
     for dev, batch, next_n, varlen in shapes:
-        p = api.plan_for(batch, next_n, varlen, 132, 256, "smxx", dev)
-        expected[(dev, batch, next_n, varlen)] = jitmeta.jit.build.key_for(p.code)[0]
+        p = dispatch.plan_for(batch, next_n, varlen, 132, 256, "smxx", dev, knobs)
+        expected[(dev, batch, next_n, varlen)] = \
+            jit_build.key_for(kernels.source(p.code), knobs)[0]
     distinct = set(expected.values())
     assert len(distinct) >= 4  # both archs, dense and varlen
     barrier = threading.Barrier(16)
@@ -344,8 +350,10 @@ def test_build_from_16_threads_compiles_each_key_once(cache_dir, two_devices):
         got = []
         for i in range(6):
             shape = shapes[(t + i) % len(shapes)]
-            _, built = api.build_for(shape[0], shape[1], shape[2], shape[3], 132, 256,
-                                     "smxx")
+            p = dispatch.plan_for(shape[1], shape[2], shape[3], 132, 256, "smxx", shape[0])
+            built = jit_build.build(kernels.source(p.code), envs.snapshot(),
+                                    example=p.to_dict())
+            assert built.kernel.arch == p.code.arch
             got.append((shape, built.key, built.cubin))
         return got
 
@@ -360,348 +368,46 @@ def test_build_from_16_threads_compiles_each_key_once(cache_dir, two_devices):
     assert len(cubins) == len(distinct)
 
 
-# --- the lean launch path, without a driver -----------------------------------------------
+# --- the knob snapshot ---------------------------------------------------------------------
 
 def test_knob_snapshot_tracks_environment_and_overrides(monkeypatch):
     for name in list(os.environ):
         if name.startswith("JITMETA_"):
             monkeypatch.delenv(name)
-    base = api._call_token()
+    base = envs.snapshot()
+    assert envs.snapshot() is base  # one object per set of raw values
     monkeypatch.setenv("JITMETA_VARIANT", "chunked")
-    in_env = api._call_token()
-    assert in_env != base
+    in_env = envs.snapshot()
+    assert in_env is not base and in_env.variant == "chunked" and base.variant is None
     with envs.override(JITMETA_VARIANT="static"):
-        assert api._call_token() not in (base, in_env)
+        assert envs.snapshot() not in (base, in_env)
+        assert envs.snapshot().variant == "static"
         with envs.override(JITMETA_NVRTC_FLAGS=["-lineinfo"]):  # unhashable value
-            hash(api._call_token())
-    assert api._call_token() == in_env
+            hash(envs.snapshot())
+            assert list(envs.snapshot().nvrtc_flags) == ["-lineinfo"]
+    assert envs.snapshot() is in_env
     monkeypatch.setenv("JITMETA_CHECK_INPUTS", "1")
-    assert api._call_token() != in_env
+    assert envs.snapshot() is not in_env and envs.snapshot().check_inputs is True
     with pytest.raises(KeyError, match="JITMETA_NOPE"):
         envs.token_reader("JITMETA_NOPE")
 
 
-def test_check_inputs_knob_is_read_per_snapshot():
-    ctx = torch.tensor([[3], [-5]], dtype=I32)
-    jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 4)  # off: the caller's contract
-    with envs.override(JITMETA_CHECK_INPUTS="1"):
-        with pytest.raises(jitmeta.InputValueError):
-            jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 4)
-    with envs.override(JITMETA_CHECK_INPUTS="maybe"):
-        for _ in range(2):  # a bad value is never cached: it raises on every call
-            with pytest.raises(envs.EnvError, match="JITMETA_CHECK_INPUTS"):
-                jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 4)
-
-
-def test_kernel_params_layout_and_round_trip():
-    emit = runtime.KernelParams(api._EMIT_TYPES)
-    assert emit.offsets == (0, 8, 16, 20, 24, 32, 40) and emit.size == 48
-    values = (0x7F0000001000, 0, 2**32 - 1, 7, 132, 0x7F0000002008, 0x10)
-    emit.pack(*values)
-    assert emit.values() == values
-    ptrs = (ctypes.c_void_p * 7).from_address(emit.address)
-    assert [p - ptrs[0] for p in ptrs] == list(emit.offsets)
-    P, U = runtime.POINTER, runtime.UINT32
-    mixed = runtime.KernelParams((P, P, U, U, P))
-    assert mixed.offsets == (0, 8, 16, 20, 24)
-    mixed.pack(1, 2, 3, 4, 5)
-    assert mixed.values() == (1, 2, 3, 4, 5)
-    with pytest.raises(struct.error):
-        mixed.pack(1, 2, 2**32, 4, 5)  # a u32 argument out of range
-    with pytest.raises(TypeError, match="POINTER"):
-        runtime.KernelParams((ctypes.c_float,))
-
-
-def test_kernel_params_are_per_thread():
-    mine = runtime.thread_params(api._EMIT_TYPES)
-    assert runtime.thread_params(api._EMIT_TYPES) is mine
-    theirs = []
-    t = threading.Thread(target=lambda: theirs.append(runtime.thread_params(api._EMIT_TYPES)))
-    t.start()
-    t.join()
-    assert theirs[0] is not mine and theirs[0].address != mine.address
-
-
-def test_workspace_keys():
-    """One workspace per (device, stream); the per-thread default stream is a different
-    stream in each thread."""
-    assert api._workspace_key(0, 0) == api._workspace_key(0, 0)
-    assert api._workspace_key(0, 0) != api._workspace_key(1, 0)
-    assert api._workspace_key(0, 0x5000) != api._workspace_key(0, 0x5001)
-    here = api._workspace_key(0, 2)
-    there = []
-    t = threading.Thread(target=lambda: there.append(api._workspace_key(0, 2)))
-    t.start()
-    t.join()
-    assert here != there[0]
-
-
-def test_launcher_derives_the_call_shape_from_its_plan():
-    p = jitmeta.plan(70000, 1, True, 132, arch="sm_90")
-    launcher = api.Launcher(device=1, plan=p, emit="e", cooperative=True, threads=p.threads,
-                            grid=p.grid, dyn_smem=p.smem_dynamic_bytes,
-                            ws_words=api.launcher_ws_words(p))
-    assert (launcher.batch, launcher.next_n, launcher.num_sms) == (70000, 1, 132)
-    assert launcher.out_shape == (133, 2)
-
-
-# --- the CUDA glue against a stand-in driver ---------------------------------------
-#
-# No GPU here, so no libcuda: a small stand-in answers the driver calls the launch path
-# makes (contexts, module load, cuMemAlloc, launches) and records the launches with the
-# argument values read back through the kernelParams address. The kernels themselves
-# run in test_gpu_kernels.py / test_gpu_serving.py on the device.
-
-class _StandInDriver:
-    def __init__(self, real):
-        self.real = real
-        for name in ("CUresult", "CUfunction_attribute", "CUlaunchConfig", "CUlaunchAttribute",
-                     "CUlaunchAttributeID", "CUstream"):
-            setattr(self, name, getattr(real, name))
-        self.current: dict[int, int] = {}
-        self.stacks: dict[int, list[int]] = {}
-        self.launches: list[dict] = []
-        self.allocations: list[ctypes.Array] = []
-        self.device = 0  # whose context a launch must find current
-        self.resident_blocks = 10**9  # blocks a cooperative launch may have at once
-        self.tries: list[int] = []  # grid of every cuLaunchKernelEx call
-
-    def cuInit(self, flags):
-        return (0,)
-
-    def cuDeviceGet(self, ordinal):
-        return (0, ordinal)
-
-    def cuDevicePrimaryCtxRetain(self, dev):
-        return (0, self.real.CUcontext(0x1000 + dev))
-
-    def cuCtxGetCurrent(self):
-        return (0, self.real.CUcontext(self.current.get(threading.get_ident(), 0)))
-
-    def cuCtxPushCurrent(self, ctx):
-        t = threading.get_ident()
-        self.stacks.setdefault(t, []).append(self.current.get(t, 0))
-        self.current[t] = int(ctx)
-        return (0,)
-
-    def cuCtxPopCurrent(self):
-        t = threading.get_ident()
-        old, self.current[t] = self.current.get(t, 0), self.stacks[t].pop()
-        return (0, self.real.CUcontext(old))
-
-    def cuModuleLoadData(self, cubin):
-        assert cubin[:4] == b"\x7fELF"
-        return (0, object())
-
-    def cuModuleGetFunction(self, module, name):
-        return (0, name.decode())
-
-    def cuFuncSetAttribute(self, *args):
-        return (0,)
-
-    def cuFuncGetAttribute(self, attr, fn):
-        return (0, 32)
-
-    def cuMemAlloc(self, nbytes):
-        buf = (ctypes.c_char * nbytes)()
-        ctypes.memset(buf, 0xA5, nbytes)  # device memory starts as garbage
-        self.allocations.append(buf)
-        self.unsynced = True
-        return (0, self.real.CUdeviceptr(ctypes.addressof(buf)))
-
-    def cuGetErrorName(self, err):
-        return (0, b"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE" if err == 720 else b"CUDA_ERROR")
-
-    def cuGetErrorString(self, err):
-        return (0, b"too many blocks in cooperative launch" if err == 720 else b"error")
-
-    def cuMemsetD8(self, ptr, value, nbytes):
-        ctypes.memset(int(ptr), value, nbytes)
-        return (0,)
-
-    def cuCtxSynchronize(self):
-        self.unsynced = False
-        return (0,)
-
-    def _record(self, fn, grid, threads, smem, stream, params, pdl, cooperative):
-        assert self.current.get(threading.get_ident()) == 0x1000 + self.device, \
-            "launched without the device's primary context current"
-        assert fn == "jitmeta_emit", fn
-        assert not getattr(self, "unsynced", False), "launched before the zeroing finished"
-        kinds = api._EMIT_TYPES
-        ptrs = (ctypes.c_void_p * len(kinds)).from_address(params)
-        args = tuple((ctypes.c_uint64 if k is runtime.POINTER else ctypes.c_uint32)
-                     .from_address(p).value for p, k in zip(ptrs, kinds))
-        self.launches.append(dict(fn=fn, grid=grid, threads=threads, smem=smem,
-                                  stream=stream, args=args, pdl=pdl, cooperative=cooperative))
-        return (0,)
-
-    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        assert (gy, gz, by, bz, extra) == (1, 1, 1, 1, 0)
-        return self._record(fn, gx, bx, smem, stream, params, False, False)
-
-    def cuLaunchKernelEx(self, cfg, fn, params, extra):
-        assert (cfg.gridDimY, cfg.gridDimZ, cfg.blockDimY, cfg.blockDimZ) == (1, 1, 1, 1)
-        ids = self.real.CUlaunchAttributeID
-        attrs = {a.id: a for a in cfg.attrs[:cfg.numAttrs]}
-        assert cfg.numAttrs == len(cfg.attrs) == len(attrs) >= 1
-        pdl = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION in attrs
-        if pdl:
-            assert attrs[ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION] \
-                .value.programmaticStreamSerializationAllowed == 1
-        cooperative = ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE in attrs
-        if cooperative:
-            assert attrs[ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE].value.cooperative == 1
-        assert len(attrs) == pdl + cooperative
-        self.tries.append(cfg.gridDimX)
-        if cooperative and cfg.gridDimX > self.resident_blocks:
-            return (720,)  # CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
-        return self._record(fn, cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes,
-                            int(cfg.hStream), params, pdl, cooperative)
-
-
-@pytest.fixture
-def stand_in(monkeypatch, cache_dir, two_devices):
-    """The stand-in driver, fresh jitmeta launch state, and a switch for 'capturing'."""
-    from cuda.bindings import driver as real
-
-    drv = _StandInDriver(real)
-    monkeypatch.setattr(runtime, "_drv", drv)
-    monkeypatch.setattr(runtime, "_driver", lambda: drv)
-    for name, value in (("_contexts", {}), ("_context_ids", {}), ("_modules", {}),
-                        ("_initialized", False)):
-        monkeypatch.setattr(runtime, name, value)
-    for name, value in (("_launchers", api.collections.OrderedDict()), ("_states", {}),
-                        ("_workspaces", {}), ("_spares", {}), ("_grid_caps", {})):
-        monkeypatch.setattr(api, name, value)
-    drv.capturing = False
-    drv.stream = 0x5000
-    monkeypatch.setattr(api, "_capturing", lambda device: drv.capturing)
-    monkeypatch.setattr(api, "_raw_stream", lambda device: drv.stream + device)
-    return drv
-
-
-def _call(drv, device, ctx, idx=None, out=None, pdl=False):
-    """What the public function does for a CUDA tensor of ``device`` (CPU tensors here)."""
-    drv.device = device
-    c2 = ctx.view(-1, 1) if ctx.dim() == 1 else ctx
-    launcher = api.prepare(device, c2.shape[0], c2.shape[1], idx is not None, 132, 256,
-                           "smxx")
-    token = api._call_token()
-    state = api._states.get(token) or api._new_state(token)
-    return api._run(launcher, state, ctx, idx, out, pdl), launcher
-
-
-def test_stand_in_chunked_launch_arguments(stand_in):
-    ctx = torch.ones(70000, 1, dtype=I32)
-    idx = (torch.arange(70000) // 2).to(I32)
-    out = torch.empty(133, 2, dtype=I32)
-    res, launcher = _call(stand_in, 0, ctx, idx, out)
-    assert res is out and launcher.plan.variant == "chunked"
-    (emit,) = stand_in.launches  # one cooperative launch
-    ws = emit["args"][6]
-    assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, out.data_ptr(), ws)
-    p = launcher.plan
-    # 70000 <= 132 * 1024: slabs of 1024, ceil(70000 / 1024) = 69 blocks of 256 threads
-    assert (p.code.capacity, p.grid, p.threads) == (1024, 69, 256)
-    assert (emit["grid"], emit["threads"], emit["stream"]) == (p.grid, p.threads, 0x5000)
-    assert emit["cooperative"] and not emit["pdl"] and emit["smem"] == 0
-    # the workspace: zeroed, at least 4 + 8 * 1024 + 69 * 4 words (epoch, slots, slabs)
-    buf = next(b for b in stand_in.allocations if ctypes.addressof(b) == ws)
-    assert len(buf) >= 4 * (4 + 8 * 1024 + 69 * 4) == launcher.ws_words * 4
-    assert set(bytes(buf)) == {0}
-    assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
-
-
-def test_stand_in_refused_cooperative_grid_is_halved_and_remembered(stand_in, caplog):
-    """A process that sees fewer SMs than the device has (MPS, green contexts): the
-    driver refuses the planned grid; the launcher halves it until it fits, once."""
-    ctx = torch.ones(70000, 1, dtype=I32)
-    idx = (torch.arange(70000) // 2).to(I32)
-    stand_in.resident_blocks = 10
-    with caplog.at_level("WARNING", logger="jitmeta"):
-        _, launcher = _call(stand_in, 0, ctx, idx)
-        assert launcher.grid == 69  # the plan: one block per SM's slab of 1024
-        assert stand_in.tries == [69, 34, 17, 8]
-        assert [l["grid"] for l in stand_in.launches] == [8]
-        _call(stand_in, 0, ctx, idx)
-        _call(stand_in, 0, torch.ones(300000, 1, dtype=I32))  # another shape, same device
-    assert stand_in.tries[4:] == [8, 8]
-    warnings = [r for r in caplog.records if "refused a cooperative launch" in r.message]
-    assert len(warnings) == 3  # 69 -> 34 -> 17 -> 8, each step once, then never again
-    assert api._grid_caps == {0: 8}
-    stand_in.device = 1  # the other device keeps its own grid
-    _call(stand_in, 1, ctx, idx)
-    assert stand_in.tries[-4:] == [69, 34, 17, 8]  # its own plan (69 slabs <= 108 SMs)
-    assert api._grid_caps == {0: 8, 1: 8}
-
-
-def test_stand_in_other_launch_errors_are_not_retried(stand_in):
-    stand_in.resident_blocks = 0  # even one block is refused: the error surfaces
-    with pytest.raises(runtime.DriverError, match="COOPERATIVE_LAUNCH_TOO_LARGE"):
-        _call(stand_in, 0, torch.ones(70000, 1, dtype=I32))
-    assert stand_in.tries[-1] == 1
-
-
-def test_stand_in_device_1_context_stream_and_pdl(stand_in):
-    ctx = torch.ones(5000, 1, dtype=I32)
-    res, launcher = _call(stand_in, 1, ctx, pdl=True)
-    assert launcher.device == 1 and launcher.plan.code.arch == "sm_80"
-    assert res.shape == (133, 2) and res.dtype == I32
-    (emit,) = stand_in.launches
-    assert emit["pdl"] and emit["stream"] == 0x5001 and emit["args"][5] == res.data_ptr()
-    assert [k[0] for k in runtime.loaded_modules()] == [1]
-    assert stand_in.current.get(threading.get_ident(), 0) == 0
-
-
-def test_stand_in_no_push_when_the_context_is_current(stand_in):
-    stand_in.current[threading.get_ident()] = 0x1000  # what PyTorch leaves on cuda:0
-    _call(stand_in, 0, torch.ones(100, 1, dtype=I32))
-    assert stand_in.stacks.get(threading.get_ident(), []) == []
-
-
-def test_stand_in_capture_never_compiles_or_allocates(stand_in):
-    ctx = torch.ones(70000, 1, dtype=I32)
-    idx = (torch.arange(70000) // 2).to(I32)
-    out = torch.empty(133, 2, dtype=I32)
-    stand_in.capturing = True
-    before = jitmeta.stats()
-    with pytest.raises(jitmeta.CaptureCompileError, match="warm"):
-        _call(stand_in, 0, ctx, idx, out)  # never prepared: would compile and load
-    assert jitmeta.stats() == before and not stand_in.allocations
-    stand_in.capturing = False
-    _call(stand_in, 0, ctx, idx, out)  # warm on stream 0x5000: its workspace + a spare
-    assert len(stand_in.allocations) == 2 and len(api._spares[0]) == 1
-    stand_in.capturing = True
-    stand_in.stream = 0x6000  # a new capture stream adopts the spare
-    _call(stand_in, 0, ctx, idx, out)
-    assert len(stand_in.allocations) == 2 and api._spares[0] == []
-    adopted = stand_in.launches[-1]["args"][6]
-    stand_in.stream = 0x7000  # another new capture stream: no spare left
-    with pytest.raises(jitmeta.CaptureCompileError, match="workspace"):
-        _call(stand_in, 0, ctx, idx, out)
-    stand_in.capturing = False
-    stand_in.stream = 0x5000
-    _call(stand_in, 0, ctx, idx, out)  # an eager call reserves the next spare
-    assert len(api._spares[0]) == 1
-    stand_in.capturing = True
-    stand_in.stream = 0x7000
-    _call(stand_in, 0, ctx, idx, out)
-    ws = {l["stream"]: l["args"][6] for l in stand_in.launches if l["fn"] == "jitmeta_emit"}
-    assert ws[0x6000] == adopted and len(set(ws.values())) == 3  # one per stream
-
-
-def test_stand_in_threads_on_one_stream_share_its_workspace(stand_in):
-    ctx = torch.ones(70000, 1, dtype=I32)
-    idx = (torch.arange(70000) // 2).to(I32)
-    _call(stand_in, 0, ctx, idx)
-
-    def worker(_):
-        for _ in range(100):
-            _call(stand_in, 0, ctx, idx)
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(worker, range(8)))
-    assert len(stand_in.launches) == 801
-    assert len({l["args"][6] for l in stand_in.launches}) == 1
-    assert all(l["cooperative"] and l["stream"] == 0x5000 for l in stand_in.launches)
+def test_malformed_knobs_raise_at_every_call():
+    """A snapshot parses every knob: a malformed one raises at the first call, whichever
+    knob the call needs, and on every call after (a bad value is never cached)."""
+    ctx = torch.tensor([[3], [5]], dtype=I32)
+    want = oracle(ctx, 4)
+    assert torch.equal(jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 4), want)
+    for name, value in (("JITMETA_CHECK_INPUTS", "maybe"), ("JITMETA_CHUNK", "3000"),
+                        ("JITMETA_LOCK_TIMEOUT", "soon"), ("JITMETA_CACHE_MAX_BYTES", "1Q")):
+        with envs.override(**{name: value}):
+            for _ in range(2):
+                with pytest.raises(envs.EnvError, match=name):
+                    jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 4)
+    assert torch.equal(jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 4), want)
+    # negative lengths: the CPU path always checks, whatever JITMETA_CHECK_INPUTS says
+    bad = torch.tensor([[3], [-5]], dtype=I32)
+    for knob in ("0", "1"):
+        with envs.override(JITMETA_CHECK_INPUTS=knob):
+            with pytest.raises(jitmeta.InputValueError, match="-5"):
+                jitmeta.get_paged_mqa_logits_metadata(bad, 64, 4)
