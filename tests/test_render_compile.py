@@ -22,19 +22,40 @@ import jinja2
 import jinja2.meta
 import pytest
 
-from jitmeta import envs
+from jitmeta import envs, kernels
+from jitmeta.envs import Knobs
 from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.heuristics.plan import (CodeSpec, Plan, plan, smem_chunked, smem_dynamic,
-                                     smem_static, static_threads, tile_words)
-from jitmeta.impls import render as render_mod
-from jitmeta.impls.render import TEMPLATE, kernel_names, render
+from jitmeta.heuristics.plan import CodeSpec, Plan, static_threads
+from jitmeta.jit import build as jit_build
+from jitmeta.jit import render as render_mod
 from jitmeta.jit.compiler import CompileError, CompileOptions, compile_cubin
 from jitmeta.jit.cubin_info import kernel_resources
+from jitmeta.jit.source import KernelSource
+from jitmeta.kernels import paged_mqa
+
+import plan_oracle as O
 
 STATIC_LIMIT = 48 * 1024
 EM_CUDA = 190
-RENDER_VARS = {"schedule_header", "code_name", "variant", "varlen", "schedule", "split_kv", "threads",
-               "capacity"}
+TEMPLATE = paged_mqa.TEMPLATE
+# what the family passes the template: the code's own parameters, the numbers the planner
+# assumed (checked by static_assert), and the packaged headers' text
+RENDER_VARS = {"code_name", "variant", "varlen", "schedule", "split_kv", "threads",
+               "capacity", "summary_bytes", "scratch_bytes", "slot_words", "max_grid",
+               "epoch_words", "tile_words", "headers"}
+
+
+def plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits):
+    """The plan under the knobs in effect (envs.override around the call)."""
+    return kernels.plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits)
+
+
+def render(code: CodeSpec) -> str:
+    return render_mod.render(kernels.source(code))
+
+
+def kernel_names(code: CodeSpec) -> tuple[str, ...]:
+    return kernels.source(code).kernels
 
 # (id, arch, batch, varlen, schedule, split_kv, knobs,
 #  expected (variant, capacity, threads), expected (static smem B, dynamic smem B))
@@ -177,9 +198,11 @@ def _all_codes() -> list[CodeSpec]:
 
 def test_render_is_deterministic_in_process():
     for code in _all_codes():
-        first = render_mod.render.__wrapped__(code)  # bypass the lru_cache
-        second = render_mod.render.__wrapped__(code)
+        source = kernels.source(code)
+        first = render_mod._render.__wrapped__(source, None)  # bypass the lru_cache
+        second = render_mod._render.__wrapped__(kernels.source(code), None)
         assert first == second and first.encode() == render(code).encode(), code.name
+        assert kernels.source(code) == source and hash(kernels.source(code)) == hash(source)
 
 
 def test_render_is_deterministic_in_fresh_subprocess(tmp_path):
@@ -189,9 +212,10 @@ def test_render_is_deterministic_in_fresh_subprocess(tmp_path):
     script = (
         "import hashlib, json, sys\n"
         "from jitmeta.heuristics.plan import CodeSpec\n"
-        "from jitmeta.impls.render import render\n"
+        "from jitmeta.jit.render import render\n"
+        "from jitmeta.kernels import source\n"
         "specs = json.loads(sys.stdin.read())\n"
-        "print(json.dumps({CodeSpec(**s).name: hashlib.sha256(render(CodeSpec(**s))"
+        "print(json.dumps({CodeSpec(**s).name: hashlib.sha256(render(source(CodeSpec(**s)))"
         ".encode()).hexdigest() for s in specs}))\n")
     env = dict(os.environ, PYTHONHASHSEED="4242")
     res = subprocess.run([sys.executable, "-c", script], input=json.dumps(specs),
@@ -228,21 +252,44 @@ def test_environment_uses_strict_undefined():
 
 def test_template_variables_are_exactly_the_rendered_ones():
     env = render_mod._environment()
-    used = set()
-    for name in (TEMPLATE, "jitmeta_schedule.cuh"):
-        source, _, _ = env.loader.get_source(env, name)
-        used |= jinja2.meta.find_undeclared_variables(env.parse(source))
-    assert used == RENDER_VARS
+    text, _, _ = env.loader.get_source(env, TEMPLATE)
+    assert jinja2.meta.find_undeclared_variables(env.parse(text)) == RENDER_VARS
+    for code in _all_codes():
+        source = kernels.source(code)
+        assert set(dict(source.params)) | {"headers"} == RENDER_VARS, code.name
+        assert source.headers == paged_mqa.HEADERS == ("jitmeta_schedule.cuh",)
+        assert (source.family, source.name, source.template, source.kernels, source.arch) \
+            == (paged_mqa.NAME, code.name, TEMPLATE, ("jitmeta_emit",), code.arch)
+    # the header is inserted verbatim: it holds no template syntax of its own
+    header = render_mod.header_text("jitmeta_schedule.cuh")
+    assert "{{" not in header and "{%" not in header
+    assert header in render(_all_codes()[0])
+
+
+def test_source_parameters_are_the_planners_numbers():
+    """The numbers the stub static_asserts are the planner's (oracle) figures."""
+    for code in _all_codes():
+        params = dict(kernels.source(code).params)
+        assert params["summary_bytes"] == O.summary_bytes(code.varlen)
+        assert params["scratch_bytes"] == O.scratch(code.threads, code.varlen)
+        assert params["tile_words"] == O.tile_words(code.capacity)
+        assert (params["slot_words"], params["max_grid"], params["epoch_words"]) \
+            == (O.SLOT, O.MAX_BLOCKS, O.EPOCH)
+        assert {k: params[k] for k in ("variant", "varlen", "schedule", "split_kv",
+                                       "threads", "capacity")} \
+            == {k: getattr(code, k) for k in ("variant", "varlen", "schedule", "split_kv",
+                                              "threads", "capacity")}
+    with pytest.raises(TypeError, match="render parameter 'x'"):
+        KernelSource.make(family="f", name="n", template=TEMPLATE, params={"x": 1.5},
+                          kernels=("k",), arch="sm_90")
 
 
 @pytest.mark.parametrize("missing", sorted(RENDER_VARS))
 def test_missing_template_variable_raises(missing):
     code = _plan_case(CASES[9]).code  # chunked: every variable is used
     assert code.variant == "chunked"
-    values = {"schedule_header": render_mod._header(),
-              "code_name": code.name, "variant": code.variant, "varlen": code.varlen,
-              "schedule": code.schedule, "split_kv": code.split_kv,
-              "threads": code.threads, "capacity": code.capacity}
+    values = dict(kernels.source(code).params)
+    values["headers"] = {h: render_mod.header_text(h) for h in paged_mqa.HEADERS}
     template = render_mod._environment().get_template(TEMPLATE)
     assert template.render(**values) == render(code)
     del values[missing]
@@ -252,11 +299,12 @@ def test_missing_template_variable_raises(missing):
 
 _RENDER_IN_FRESH_PROCESS = """
 import json, sys
+from jitmeta import envs, kernels
 from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.heuristics.plan import plan
-from jitmeta.impls import render as r
-p = plan(8192, 1, True, 132, 256, "smxx", limits_for_arch("sm_90"))
-print(json.dumps({"dir": r._bytecode_dir(), "source": r.render(p.code)}))
+from jitmeta.jit import build, render
+p = kernels.plan(8192, 1, True, 132, 256, "smxx", limits_for_arch("sm_90"))
+where = build.bytecode_dir(build.cache_for(envs.snapshot()))
+print(json.dumps({"dir": where, "source": render.render(kernels.source(p.code), where)}))
 """
 
 
@@ -367,7 +415,7 @@ SWEEP = ([(cap, {}) for cap in (1024, 2048, 4096, 8192)]
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_compiled_smem_equals_formula_sweep(arch, varlen):
-    """.nv.shared of every kernel == the planner's formula, with and without reserved
+    """.nv.shared of every kernel == the planner's (oracle) formula, with and without reserved
     bytes (sm_80: 0, sm_90: 1024), across buckets, block sizes and odd chunks."""
     lim = limits_for_arch(arch)
     rsv = lim.smem_reserved_bytes
@@ -386,13 +434,13 @@ def test_compiled_smem_equals_formula_sweep(arch, varlen):
         elif "JITMETA_THREADS" in knobs:
             assert t == knobs["JITMETA_THREADS"]
         if code.variant == "static":
-            want = smem_static(code.capacity, t, varlen, rsv)
+            want = O.static_bytes(code.capacity, t, varlen, rsv)
         elif code.variant == "dynamic":
-            want, dyn = smem_dynamic(batch, t, varlen, rsv)
-            assert p.smem_dynamic_bytes == dyn == 4 * tile_words(batch)
+            want, dyn = O.dynamic_bytes(batch, t, varlen, rsv)
+            assert p.smem_dynamic_bytes == dyn == 4 * O.tile_words(batch)
         else:
             assert code.capacity == knobs.get("JITMETA_CHUNK", code.capacity)
-            want = smem_chunked(code.capacity, t, varlen, rsv)
+            want = O.chunked_bytes(code.capacity, t, varlen, rsv)
         assert p.smem_static_bytes == want, (code.name, p.reason)
         cubin = _cubin(code)
         for kernel in kernel_names(code):
@@ -422,10 +470,20 @@ def test_unknown_kernel_name_raises():
 def test_compile_options_flag_list():
     opts = CompileOptions(arch="sm_90a")
     assert opts.as_bytes() == [b"--gpu-architecture=sm_90a", b"--std=c++17", b"-DNDEBUG"]
-    with envs.override(JITMETA_NVRTC_FLAGS="-lineinfo '-DFOO=a b'"):
-        extra = CompileOptions.for_arch("sm_100")
+    source = kernels.source(_plan_case(CASES[14]).code)  # an sm_100 code
+    assert source.arch == "sm_100"
+    extra = jit_build.options_for(
+        source, Knobs.from_values(JITMETA_NVRTC_FLAGS="-lineinfo '-DFOO=a b'"))
+    assert extra.arch == "sm_100"
     assert extra.as_bytes()[-2:] == [b"-lineinfo", b"-DFOO=a b"]
-    assert CompileOptions.for_arch("sm_100") != extra
+    plain = jit_build.options_for(source, Knobs())
+    assert plain != extra and plain.as_bytes() == [b"--gpu-architecture=sm_100",
+                                                    b"--std=c++17", b"-DNDEBUG"]
+    # the flags are part of the key; the rendered text is not affected
+    k1, text1, _ = jit_build.key_for(source, Knobs())
+    k2, text2, _ = jit_build.key_for(
+        source, Knobs.from_values(JITMETA_NVRTC_FLAGS="-lineinfo '-DFOO=a b'"))
+    assert k1 != k2 and text1 == text2
 
 
 BROKEN = """extern "C" __global__ void jitmeta_emit(int* out) {
@@ -457,3 +515,20 @@ def test_broken_rendered_source_raises_compile_error():
     assert info.value.log and "error" in info.value.log.lower()
     lines = src.splitlines()
     assert f"{len(lines):5d} | {lines[-1]}" in str(info.value)
+
+
+def test_a_planner_mismatch_fails_to_compile():
+    """The stub static_asserts the planner's numbers: a source whose parameters disagree
+    with the kernel's layout does not compile (instead of computing garbage)."""
+    code = _plan_case(CASES[0]).code
+    source = kernels.source(code)
+    for name, bad, words in (("summary_bytes", 16, "scan summary size"),
+                             ("tile_words", O.tile_words(code.capacity) + 1, "tile size")):
+        params = dict(source.params) | {name: bad}
+        broken = KernelSource.make(family=source.family, name=source.name,
+                                   template=source.template, params=params,
+                                   kernels=source.kernels, arch=source.arch,
+                                   headers=source.headers)
+        with pytest.raises(CompileError) as info:
+            compile_cubin(render_mod.render(broken), CompileOptions(arch=code.arch))
+        assert words in info.value.log, (name, info.value.log[-500:])
