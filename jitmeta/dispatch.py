@@ -61,7 +61,7 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
             capturing: bool | None = None):
     """Plan, build (compile or load from cache) and load the kernel for a shape.
 
-    Returns the family's loaded call (e.g. :class:`paged_mqa.ScheduleCall`). Outside
+    Returns the family's loaded call (e.g. a :class:`paged_mqa.ScheduleCall`). Outside
     CUDA-graph capture it also reserves a spare workspace for the device when the call
     needs one. Inside capture it never compiles, loads or allocates: an unprepared shape
     raises :class:`CaptureCompileError`.
@@ -90,7 +90,7 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
                                 hint=fam.warm_command(p, knobs, cache_dir=root))
         mod = runtime.load_module(device, built.key, built.cubin, built.names,
                                   fam.max_dynamic_smem(p, device_limits(device)))
-    call = fam.ScheduleCall.make(device, p, mod.functions[src.kernels[0]])
+    call = fam.call(device, p, mod.functions[src.kernels[0]])
     if call.ws_words and not (_capturing(device) if capturing is None else capturing):
         workspace.reserve_spare(device, call.ws_words)
     with _prepared_lock:

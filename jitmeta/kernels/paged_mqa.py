@@ -1,11 +1,12 @@
-"""Kernel family: the paged-MQA-logits schedule in the atom formats ("smxx", "sm90").
+"""Kernel family: the paged-MQA-logits schedule in the atom formats ("smxx", "sm90"),
+and the machinery the tile-scan schedule families share.
 
-Everything specific to this family lives here: its template and header, the layout
-the planner needs (:func:`layout`), the render parameters (:func:`source`), the kernel
-arguments and launch geometry (:class:`ScheduleCall`), its workspace needs
-(:func:`workspace_words`) and the command that warms one of its cubins
-(:func:`warm_command`). The semantics of the formats are described in
-``docs/schedule.md``; the design of the kernels in the header's comments.
+Everything specific to a family lives in its :class:`TileScheduleFamily` value: its
+format header, the layout the planner needs (``layout``), the render parameters
+(``source``), the kernel arguments and launch geometry (``call`` ->
+:class:`ScheduleCall`), its workspace needs (``workspace_words``) and the command that
+warms one of its cubins (``warm_command``). The semantics of the formats are described
+in ``docs/schedule.md``; the design of the kernels in the headers' comments.
 
 Kernel signature (every variant)::
 
@@ -27,72 +28,111 @@ from ..jit import runtime
 from ..jit.launcher import Launch
 from ..jit.source import KernelSource
 
-__all__ = ["NAME", "SCHEDULES", "TEMPLATE", "HEADERS", "KERNEL", "ARG_TYPES", "layout",
-           "plan", "codes_for_batches", "source", "workspace_words", "ScheduleCall",
-           "warm_command", "max_dynamic_smem"]
+__all__ = ["TileScheduleFamily", "FAMILY", "TEMPLATE", "ENGINE_HEADER", "KERNEL",
+           "ARG_TYPES", "ScheduleCall"]
 
-NAME = "paged_mqa_schedule"
-SCHEDULES = ("smxx", "sm90")
 TEMPLATE = "paged_mqa_metadata.cu.j2"
-HEADERS = ("jitmeta_schedule.cuh",)
+ENGINE_HEADER = "jitmeta_engine.cuh"
 KERNEL = "jitmeta_emit"
-SLOT_WORDS = 8  # uint32 words of a block's slot: one tagged 64-bit word per summary field
 ARG_TYPES = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
              runtime.UINT32, runtime.POINTER, runtime.POINTER)
 
 
-def layout(schedule: str, varlen: bool) -> TileLayout:
-    """Dense: a summary is one uint32 sum; varlen: two sums and two parities."""
-    return TileLayout(summary_bytes=16 if varlen else 4, slot_words=SLOT_WORDS)
+@dataclass(frozen=True)
+class TileScheduleFamily:
+    """A schedule family built on the shared tile-scan engine (``jitmeta_engine.cuh``).
+
+    Each family contributes a format header (its summary, its rows), the C++ type the
+    stub instantiates and the layout numbers the planner needs; everything else (the
+    stub, the planner, the launch) is shared. ``FAMILY`` below is the atom formats;
+    ``paged_mqa_sm100.FAMILY`` the token format.
+    """
+
+    name: str
+    schedules: tuple[str, ...]
+    header: str
+    rows_are_tokens: bool
+    #: (schedule, varlen) -> TileLayout
+    layouts: dict = field(hash=False, compare=False)
+    #: (schedule, varlen, threads, split_kv) -> the C++ format type
+    format_type: object = field(hash=False, compare=False)
+
+    def layout(self, schedule: str, varlen: bool) -> TileLayout:
+        return self.layouts[bool(varlen)]
+
+    def plan(self, batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
+             schedule: str, limits: DeviceLimits, knobs: Knobs) -> Plan:
+        """The planner's decision for one shape of this family."""
+        return _plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
+                     self.layout(schedule, varlen))
+
+    def codes_for_batches(self, batches, next_n: int, varlen: bool, num_sms: int,
+                          split_kv: int, schedule: str, limits: DeviceLimits, knobs: Knobs
+                          ) -> dict[CodeSpec, Plan]:
+        return _codes(batches, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
+                      self.layout(schedule, varlen))
+
+    def source(self, code: CodeSpec) -> KernelSource:
+        """The cubin inputs of ``code``. Besides what shapes the kernel, the parameters
+        carry the numbers the planner assumed about it; the stub ``static_assert``\\ s
+        them, so a mismatch fails to compile instead of computing garbage."""
+        lay = self.layout(code.schedule, code.varlen)
+        params = {
+            "code_name": code.name, "variant": code.variant, "varlen": code.varlen,
+            "schedule": code.schedule, "split_kv": code.split_kv, "threads": code.threads,
+            "capacity": code.capacity, "rows_are_tokens": self.rows_are_tokens,
+            "format_type": self.format_type(code),
+            # checked against the kernel by static_assert
+            "summary_bytes": lay.summary_bytes,
+            "scratch_bytes": smem_scratch(code.threads, lay),
+            "slot_words": lay.slot_words, "max_grid": MAX_GRID,
+            "epoch_words": EPOCH_WORDS, "tile_words": lay.tile_alloc_words(code.capacity),
+        }
+        describe = {k: getattr(code, k) for k in code.__dataclass_fields__}
+        return KernelSource.make(family=self.name, name=code.name, template=TEMPLATE,
+                                 params=params, kernels=(KERNEL,), arch=code.arch,
+                                 headers=(ENGINE_HEADER, self.header), describe=describe)
+
+    def workspace_words(self, p: Plan) -> int:
+        """Workspace words a call of ``p`` needs (0 unless chunked)."""
+        if p.variant != "chunked":
+            return 0
+        return _ws_words(p.batch, p.code.capacity, self.layout(p.code.schedule,
+                                                               p.code.varlen))
+
+    @staticmethod
+    def max_dynamic_smem(p: Plan, limits: DeviceLimits) -> int:
+        """The dynamic shared memory a loaded function must be allowed (dynamic)."""
+        if p.variant != "dynamic":
+            return 0
+        return limits.smem_optin_bytes - p.smem_static_bytes
+
+    def call(self, device: int, p: Plan, function: object) -> "ScheduleCall":
+        """The loaded call of ``p`` (arguments in the kernel's order, launch geometry)."""
+        return ScheduleCall(p, Launch(device, function, p.grid, p.threads,
+                                      p.smem_dynamic_bytes, p.variant == "chunked",
+                                      ARG_TYPES), self.workspace_words(p))
+
+    @staticmethod
+    def warm_command(p: Plan, knobs: Knobs, cache_dir=None) -> str:
+        return warm_command(p, knobs, cache_dir)
 
 
-def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
-         schedule: str, limits: DeviceLimits, knobs: Knobs) -> Plan:
-    """The planner's decision for one shape of this family."""
-    return _plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
-                 layout(schedule, varlen))
+def _atom_format(code: CodeSpec) -> str:
+    sm90 = "true" if code.schedule == "sm90" else "false"
+    return (f"jitmeta::Schedule<{code.threads}, {code.split_kv}u, "
+            f"{str(code.varlen).lower()}, {sm90}>")
 
 
-def codes_for_batches(batches, next_n: int, varlen: bool, num_sms: int, split_kv: int,
-                      schedule: str, limits: DeviceLimits, knobs: Knobs
-                      ) -> dict[CodeSpec, Plan]:
-    return _codes(batches, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
-                  layout(schedule, varlen))
-
-
-def source(code: CodeSpec) -> KernelSource:
-    """The cubin inputs of ``code``. Besides what shapes the kernel, the parameters
-    carry the numbers the planner assumed about it; the stub ``static_assert``\\ s them,
-    so a mismatch fails to compile instead of computing garbage."""
-    lay = layout(code.schedule, code.varlen)
-    params = {
-        "code_name": code.name, "variant": code.variant, "varlen": code.varlen,
-        "schedule": code.schedule, "split_kv": code.split_kv, "threads": code.threads,
-        "capacity": code.capacity,
-        # checked against the kernel by static_assert
-        "summary_bytes": lay.summary_bytes,
-        "scratch_bytes": smem_scratch(code.threads, lay),
-        "slot_words": lay.slot_words, "max_grid": MAX_GRID, "epoch_words": EPOCH_WORDS,
-        "tile_words": tile_words(code.capacity),
-    }
-    describe = {k: getattr(code, k) for k in code.__dataclass_fields__}
-    return KernelSource.make(family=NAME, name=code.name, template=TEMPLATE, params=params,
-                             kernels=(KERNEL,), arch=code.arch, headers=HEADERS,
-                             describe=describe)
-
-
-def workspace_words(p: Plan) -> int:
-    """Workspace words a call of ``p`` needs (0 unless chunked)."""
-    if p.variant != "chunked":
-        return 0
-    return _ws_words(p.batch, p.code.capacity, layout(p.code.schedule, p.code.varlen))
-
-
-def max_dynamic_smem(p: Plan, limits: DeviceLimits) -> int:
-    """The dynamic shared memory a loaded function must be allowed (dynamic variant)."""
-    if p.variant != "dynamic":
-        return 0
-    return limits.smem_optin_bytes - p.smem_static_bytes
+#: The atom formats: rows are (q_atom_idx, kv_split_idx), uint32 work.
+FAMILY = TileScheduleFamily(
+    name="paged_mqa_schedule", schedules=("smxx", "sm90"), header="jitmeta_schedule.cuh",
+    rows_are_tokens=False,
+    # dense: a summary is one uint32 sum; varlen: two sums and two parities. A slot
+    # holds one tagged 64-bit word per 32-bit summary field.
+    layouts={False: TileLayout(summary_bytes=4, slot_words=8),
+             True: TileLayout(summary_bytes=16, slot_words=8)},
+    format_type=_atom_format)
 
 
 @dataclass(frozen=True)
@@ -119,11 +159,6 @@ class ScheduleCall:
         object.__setattr__(self, "next_n", self.plan.next_n)
         object.__setattr__(self, "num_sms", self.plan.num_sms)
         object.__setattr__(self, "out_shape", (self.plan.num_sms + 1, 2))
-
-    @classmethod
-    def make(cls, device: int, p: Plan, function: object) -> "ScheduleCall":
-        return cls(p, Launch(device, function, p.grid, p.threads, p.smem_dynamic_bytes,
-                             p.variant == "chunked", ARG_TYPES), workspace_words(p))
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, out_ptr: int, stream: int,
                  ws_ptr: int, pdl: bool) -> None:
