@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from jitmeta import kernels
-from jitmeta.envs import Knobs
+from jitmeta.envs import KNOBS, Knobs
 from jitmeta.heuristics.plan import plan as pure_planner
 from jitmeta.kernels import paged_mqa
 
@@ -25,6 +25,12 @@ KIB = 1024
 
 #: varlen -> the family's TileLayout (dense: 4-byte summaries; varlen: 16-byte ones)
 LAYOUT = {False: paged_mqa.layout("smxx", False), True: paged_mqa.layout("smxx", True)}
+
+
+def knobs_of(**values) -> Knobs:
+    """A snapshot of the defaults with ``values``, whatever the environment holds (every
+    other knob is overridden with None, i.e. its default)."""
+    return Knobs.from_values(**(dict.fromkeys(KNOBS) | values))
 
 
 def run_plan(batch, limits, varlen=False, next_n=1, num_sms=132, split_kv=256,

@@ -105,7 +105,7 @@ def test_one_dimensional_context_lens_means_next_n_1():
                                get(flat.view(batch, 1), 64, num_sms, idx, schedule=schedule))
 
 
-# Hand-worked from SPEC section 2 (split_kv 256):
+# Hand-worked from the schedule's definition (docs/schedule.md; split_kv 256):
 # dense [300, 0, 512, 1]: segs [2,0,2,1], P [2,2,4,5], total 5, S = 3
 #   smxx starts [0,2,4,5] -> rows (0,0) (2,0) (3,0) (4,0)
 #   sm90 pivot 1, starts [0,1,3,5] -> (0,0) (0,1) (2,1), forced (4,0)

@@ -19,14 +19,14 @@ import pytest
 
 import jitmeta
 from jitmeta import envs
-from jitmeta.envs import KNOBS, EnvError
+from jitmeta.envs import KNOBS, EnvError, Knobs
 
 REPO = Path(__file__).resolve().parents[1]
 
 # A malformed value for every knob, and the words its error must contain.
 MALFORMED = {
     "JITMETA_CACHE_DIR": ("   ", "directory"),
-    "JITMETA_CACHE_MAX_BYTES": ("10GB", "integer"),
+    "JITMETA_CACHE_MAX_BYTES": ("10 gigs", "size"),
     "JITMETA_OFFLINE": ("maybe", "0/1"),
     "JITMETA_DISABLE_DISK_CACHE": ("2", "0/1"),
     "JITMETA_VARIANT": ("huge", "static, dynamic, chunked"),
@@ -39,6 +39,7 @@ MALFORMED = {
     "JITMETA_LOG": ("verbose", "debug"),
     "JITMETA_ALLOW_SHARED_CACHE": ("perhaps", "0/1"),
     "JITMETA_MISS_MANIFEST": ("  ", "path"),
+    "JITMETA_LOCK_TIMEOUT": ("soon", "seconds"),
 }
 
 # More malformed values: (name, value)
@@ -50,6 +51,15 @@ MORE_MALFORMED = [
     ("JITMETA_ARCH", "sm_999"), ("JITMETA_ARCH", "sm_90x"), ("JITMETA_ARCH", ""),
     ("JITMETA_VARIANT", ""), ("JITMETA_VARIANT", "static,dynamic"),
     ("JITMETA_OFFLINE", "11"), ("JITMETA_LOG", "trace"),
+    # sizes: whole numbers of bytes with an optional binary unit
+    ("JITMETA_CACHE_MAX_BYTES", "1.5G"), ("JITMETA_CACHE_MAX_BYTES", "G"),
+    ("JITMETA_CACHE_MAX_BYTES", "12P"), ("JITMETA_CACHE_MAX_BYTES", "-1G"),
+    # the chunk: a power of two from 32 to 65536
+    ("JITMETA_CHUNK", "3000"), ("JITMETA_CHUNK", "16"), ("JITMETA_CHUNK", "131072"),
+    ("JITMETA_CHUNK", "12000"),
+    # seconds: finite, >= 0
+    ("JITMETA_LOCK_TIMEOUT", "-1"), ("JITMETA_LOCK_TIMEOUT", "inf"),
+    ("JITMETA_LOCK_TIMEOUT", "nan"), ("JITMETA_LOCK_TIMEOUT", ""),
 ]
 
 # Well-formed raw values and what they parse to.
@@ -58,6 +68,11 @@ GOOD = [
     ("JITMETA_CACHE_DIR", "~/jm", os.path.expanduser("~/jm")),
     ("JITMETA_CACHE_MAX_BYTES", "0", 0),
     ("JITMETA_CACHE_MAX_BYTES", "1073741824", 2**30),
+    ("JITMETA_CACHE_MAX_BYTES", "1G", 2**30), ("JITMETA_CACHE_MAX_BYTES", "512M", 2**29),
+    ("JITMETA_CACHE_MAX_BYTES", "64k", 2**16), ("JITMETA_CACHE_MAX_BYTES", "2GiB", 2**31),
+    ("JITMETA_CACHE_MAX_BYTES", "10GB", 10 * 2**30), ("JITMETA_CACHE_MAX_BYTES", "1t", 2**40),
+    ("JITMETA_CHUNK", "32", 32), ("JITMETA_CHUNK", "65536", 65536),
+    ("JITMETA_LOCK_TIMEOUT", "0", 0.0), ("JITMETA_LOCK_TIMEOUT", "2.5", 2.5),
     ("JITMETA_OFFLINE", "1", True), ("JITMETA_OFFLINE", "0", False),
     ("JITMETA_OFFLINE", "yes", True), ("JITMETA_OFFLINE", "Off", False),
     ("JITMETA_DISABLE_DISK_CACHE", "true", True),
@@ -72,10 +87,11 @@ GOOD = [
     ("JITMETA_ALLOW_SHARED_CACHE", "0", False),
 ]
 
-SPEC_TABLE = {"JITMETA_CACHE_DIR", "JITMETA_CACHE_MAX_BYTES", "JITMETA_OFFLINE",
+DOCUMENTED_KNOBS = {"JITMETA_CACHE_DIR", "JITMETA_CACHE_MAX_BYTES", "JITMETA_OFFLINE",
               "JITMETA_DISABLE_DISK_CACHE", "JITMETA_VARIANT", "JITMETA_THREADS",
               "JITMETA_CHUNK", "JITMETA_SMEM_BUDGET", "JITMETA_ARCH", "JITMETA_NVRTC_FLAGS",
-              "JITMETA_CHECK_INPUTS", "JITMETA_LOG"}
+              "JITMETA_CHECK_INPUTS", "JITMETA_LOG", "JITMETA_ALLOW_SHARED_CACHE",
+                    "JITMETA_MISS_MANIFEST", "JITMETA_LOCK_TIMEOUT"}
 
 
 @pytest.fixture
@@ -89,8 +105,8 @@ def clean_env(monkeypatch):
 
 # --- every knob: malformed -> EnvError naming the variable -------------------------------
 
-def test_spec_variables_are_all_knobs():
-    assert SPEC_TABLE <= set(KNOBS)
+def test_documented_variables_are_all_knobs():
+    assert DOCUMENTED_KNOBS == set(KNOBS)
     for name, knob in KNOBS.items():
         assert knob.name == name and knob.help.strip(), name
     assert [n for n, _ in envs.describe()] == list(KNOBS)
@@ -260,6 +276,7 @@ def test_typed_override_values_pass_through(clean_env):
 def test_log_knob_sets_the_jitmeta_logger_level(clean_env, tmp_path, fresh_jit):
     """JITMETA_LOG=debug: a compile is logged with its rendered source, without the
     application configuring the 'jitmeta' logger's level itself."""
+    from jitmeta import kernels
     from jitmeta.heuristics.plan import CodeSpec
 
     jit_build = fresh_jit  # conftest: empty in-process cubin memory around the test
@@ -275,13 +292,91 @@ def test_log_knob_sets_the_jitmeta_logger_level(clean_env, tmp_path, fresh_jit):
     try:
         with envs.override(JITMETA_LOG="debug", JITMETA_DISABLE_DISK_CACHE="1",
                            JITMETA_CACHE_DIR=str(tmp_path / "cache")):
-            jit_build.build(code)
+            jit_build.build(kernels.source(code), envs.snapshot())
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
     text = "\n".join(r.getMessage() for r in records if r.levelno == logging.DEBUG)
     assert 'extern "C"' in text and code.name in text, \
         "JITMETA_LOG=debug logged no compile event with the rendered source"
+
+
+# --- the knob snapshot ----------------------------------------------------------------------
+
+def test_snapshot_holds_every_knob_parsed(clean_env):
+    clean_env.setenv("JITMETA_CHUNK", "2048")
+    clean_env.setenv("JITMETA_CACHE_MAX_BYTES", "512M")
+    with envs.override(JITMETA_VARIANT="Chunked", JITMETA_LOCK_TIMEOUT="7.5"):
+        snap = envs.snapshot()
+        for name in KNOBS:
+            assert snap.get(name) == envs.get(name), name
+    assert (snap.chunk, snap.cache_max_bytes, snap.variant, snap.lock_timeout) \
+        == (2048, 2**29, "chunked", 7.5)
+    with pytest.raises(KeyError, match="JITMETA_NOPE"):
+        snap.get("JITMETA_NOPE")
+    with pytest.raises(Exception):  # frozen: passed around, never changed
+        snap.chunk = 4096
+
+
+def test_snapshot_is_one_object_per_set_of_values(clean_env):
+    first = envs.snapshot()
+    assert envs.snapshot() is first
+    clean_env.setenv("JITMETA_THREADS", "256")
+    second = envs.snapshot()
+    assert second is not first and second.threads == 256
+    clean_env.delenv("JITMETA_THREADS")
+    assert envs.snapshot() is first  # the same raw values: the same object again
+    with envs.override(JITMETA_THREADS="256"):
+        assert envs.snapshot().threads == 256
+    # compared by identity: equal values from another path are another object
+    assert Knobs.from_values() is not first and Knobs.from_values() != first
+
+
+def test_snapshot_raises_for_any_malformed_knob(clean_env):
+    """Whichever knob the caller needs: a typo is reported at the first call."""
+    for name, (value, words) in MALFORMED.items():
+        clean_env.setenv(name, value)
+        with pytest.raises(EnvError, match=re.escape(f"{name}={value!r}")):
+            envs.snapshot()
+        with pytest.raises(EnvError, match=name):  # never cached
+            envs.snapshot()
+        clean_env.delenv(name)
+    envs.snapshot()
+
+
+def test_knobs_from_values(clean_env):
+    k = Knobs.from_values(JITMETA_CHUNK="1024", JITMETA_THREADS=512,
+                          JITMETA_NVRTC_FLAGS="-lineinfo")
+    assert (k.chunk, k.threads, k.nvrtc_flags, k.variant) == (1024, 512, ("-lineinfo",), None)
+    assert Knobs.from_values().variant is None and Knobs().variant is None
+    clean_env.setenv("JITMETA_VARIANT", "dynamic")
+    assert Knobs().lock_timeout == Knobs.from_values().lock_timeout == 60.0
+    with pytest.raises(EnvError, match="JITMETA_CHUNK"):
+        Knobs.from_values(JITMETA_CHUNK="3000")
+    with pytest.raises(KeyError, match="JITMETA_CHUNKS"):
+        Knobs.from_values(JITMETA_CHUNKS=1024)
+    assert envs.get("JITMETA_VARIANT") == "dynamic"  # no override left behind
+
+
+@pytest.mark.xfail(strict=True, reason="Knobs.from_values layers the values over the "
+                   "environment, not over the defaults its docstring promises (open)")
+def test_knobs_from_values_ignores_the_environment(clean_env):
+    clean_env.setenv("JITMETA_VARIANT", "dynamic")
+    assert Knobs.from_values(JITMETA_CHUNK=1024).variant is None
+
+
+@pytest.mark.parametrize("text,value", [
+    ("0", 0), ("1048576", 2**20), ("1k", 1024), ("1K", 1024), ("64kb", 2**16),
+    ("512M", 2**29), ("512MiB", 2**29), ("1G", 2**30), (" 2g ", 2**31), ("1T", 2**40),
+])
+def test_parse_size(text, value):
+    assert envs.parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "G", "1.5G", "-1", "1 G B", "ten", "1P", "0x10"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="size"):
+        envs.parse_size(text)
 
 
 # --- import has no side effects (fresh interpreters) -------------------------------------
@@ -296,7 +391,8 @@ def _run_python(code: str, env_updates: dict, cwd: Path) -> subprocess.Completed
 def test_import_succeeds_with_every_knob_malformed(tmp_path):
     code = (
         "import jitmeta, jitmeta.api, jitmeta.warm, jitmeta.jit.build, jitmeta.jit.cache\n"
-        "import jitmeta.jit.runtime, jitmeta.impls.render, jitmeta.jit.compiler\n"
+        "import jitmeta.jit.runtime, jitmeta.jit.render, jitmeta.jit.compiler\n"
+        "import jitmeta.kernels, jitmeta.dispatch, jitmeta.validate, jitmeta.ops\n"
         "from jitmeta import envs\n"
         "bad = []\n"
         "for name in envs.KNOBS:\n"
@@ -304,12 +400,18 @@ def test_import_succeeds_with_every_knob_malformed(tmp_path):
         "        envs.get(name)\n"
         "    except envs.EnvError:\n"
         "        bad.append(name)\n"
+        "try:\n"
+        "    envs.snapshot()\n"
+        "except envs.EnvError as exc:\n"
+        "    print('SNAPSHOT', str(exc).split('=')[0].split()[-1])\n"
         "print('BAD', ' '.join(sorted(bad)))\n")
     env = {name: value for name, (value, _) in MALFORMED.items()}
     res = _run_python(code, env, tmp_path)
     assert res.returncode == 0, res.stderr
     bad = res.stdout.split("BAD", 1)[1].split()
     assert sorted(bad) == sorted(n for n in MALFORMED if n in KNOBS), res.stdout
+    # the first call's snapshot parses them all and names a malformed one
+    assert res.stdout.split("SNAPSHOT", 1)[1].split()[0] in MALFORMED, res.stdout
 
 
 _PROBE = r"""
@@ -321,7 +423,7 @@ root_handlers = list(logging.getLogger().handlers)
 import torch, jinja2, filelock, platformdirs
 before = set(sys.modules)
 import jitmeta, jitmeta.api, jitmeta.warm, jitmeta.jit.build, jitmeta.jit.cache
-import jitmeta.jit.runtime, jitmeta.jit.compiler, jitmeta.impls.render
+import jitmeta.jit.runtime, jitmeta.jit.compiler, jitmeta.jit.render, jitmeta.dispatch
 maps = ""
 try:
     with open("/proc/self/maps") as f:

@@ -17,13 +17,13 @@ import random
 import pytest
 
 from jitmeta import envs
-from jitmeta.envs import Knobs
 from jitmeta.heuristics.arch import ARCH_TABLE, DeviceLimits
 from jitmeta.heuristics.plan import (DEFAULT_THREADS, MIN_STATIC_CAPACITY, PlanError,
                                      static_threads)
 
 import plan_oracle as O
-from plan_support import FORMATS, KIB, SEED, SEED_NOTE, SM90_BUCKETS, pure_plan, run_plan
+from plan_support import (FORMATS, KIB, SEED, SEED_NOTE, SM90_BUCKETS, knobs_of, pure_plan,
+                          run_plan)
 
 
 # --- boundaries for hand-built limits ----------------------------------------------------
@@ -269,7 +269,7 @@ def test_plan_never_exceeds_limits_property():
                                                    limits.max_threads_per_block // 32 * 32))
         want = O.decide(batch, eff, threads, varlen, forced,
                         knobs.get("JITMETA_CHUNK"), knobs.get("JITMETA_VARIANT"))
-        snap = Knobs.from_values(**knobs)  # the pure planner: the knobs passed explicitly
+        snap = knobs_of(**knobs)  # the pure planner: the knobs passed explicitly
         try:
             p = pure_plan(batch, limits, snap, varlen, next_n, num_sms, 256,
                           rng.choice(FORMATS))
