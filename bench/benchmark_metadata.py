@@ -196,8 +196,7 @@ class GraphTimer:
         return records.spread(samples), exact
 
 
-def graph_time_us(fn, stream=None, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS
-                  ) -> float:
+def graph_time_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> float:
     """Median GPU microseconds per call of ``fn`` (for bench/compare_sources.py)."""
     timing, _ = GraphTimer(calls, replays, REPEATS, dry_run=False).measure(fn)
     return timing["median"]

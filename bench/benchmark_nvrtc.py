@@ -140,7 +140,9 @@ def _clean_env() -> dict:
 def _run_worker(cli_argv, repeats: int, first_only: bool) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(cli_argv),
            "--repeats", str(repeats)] + (["--first-only"] if first_only else [])
-    res = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), timeout=3600)
+    with tempfile.TemporaryDirectory(prefix="jitmeta-nvrtc-") as tmp:
+        env = dict(_clean_env(), JITMETA_CACHE_DIR=str(Path(tmp) / "cache"))
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if res.returncode != 0:
         raise RuntimeError(f"NVRTC worker failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
