@@ -1,30 +1,41 @@
-"""Host microseconds per call of jitmeta's eager path, broken down (issue 4/5).
+"""Host microseconds per eager call of jitmeta, over repeated runs, and broken down.
 
-On a GPU: the whole eager call (with and without ``out=``) per variant, and what its
-parts cost there: stream lookup, context check, output allocation, the launch with
+On a GPU: eager calls, dense and varlen, a static and a chunked plan, with and without
+``out=``, timed two ways (:func:`loop_us`): the calls alone, and a plain loop of 200
+calls followed by one synchronize; ``LOOP_RUNS`` runs each, min / median / max. The
+output is checked against the reference before and after. Then what the parts of a
+call cost there: stream lookup, context check, output allocation, the launch with
 packed ``kernelParams`` and with a ``(values, types)`` tuple.
 
-Without a GPU (CPU-only CI): everything of the CUDA path except the driver and the CUDA
-allocator, measured on the real code with a stand-in driver whose calls cost one
-Python call each, next to the same figures for the code before issue 5 (its knob
-reads, validation, cache key and tuple conversion of kernel arguments).
+The breakdown also has, on any machine, everything of the CUDA path except the driver
+and the CUDA allocator, measured on the real code with a stand-in driver whose calls
+cost one Python call each, next to the same figures for the code before the fast path
+(its knob reads, validation, cache key and tuple conversion of kernel arguments).
+Without a GPU (and without ``--dry-run``) only that part runs and is printed.
 
-    python bench/benchmark_host.py [--json FILE]
+    python bench/benchmark_host.py [--out DIR | --json FILE] [--dry-run]
+
+The record (``<date>-<device>-host.json``) feeds bench/make_tables.py. ``--dry-run``
+needs no GPU: the same calls run on CPU tensors, untimed, and no record is written
+unless ``--out`` / ``--json`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import jitmeta
 from jitmeta import api, envs
 from jitmeta.jit import runtime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import records  # noqa: E402  (bench/, next to this file)
 
 I32 = torch.int32
 NUM_SMS = 132
@@ -51,27 +62,92 @@ def per_call_us(fn, n: int = 20000, repeat: int = 7, sync=None) -> float:
     return statistics.median(samples)
 
 
-def gpu_figures() -> dict:
+# (case, batch, varlen): a static and a chunked plan, dense and varlen (runs of 2)
+HOST_CASES = [("dense 1024", 1024, False), ("varlen 1024", 1024, True),
+              ("dense 65536", 65536, False), ("varlen 65536", 65536, True)]
+LOOP_CALLS = 200
+LOOP_RUNS = 5
+
+
+def loop_us(fn, calls: int, runs: int, sync, with_sync: bool) -> list[float]:
+    """Microseconds per call of ``runs`` loops of ``calls`` eager calls.
+
+    ``with_sync=False``: only the calls are timed (the GPU is synchronized before and
+    after each loop, outside the timing). ``with_sync=True``: the plain loop, then one
+    synchronize, all timed (what a caller waiting for the result sees).
+    """
+    for _ in range(3):
+        fn()
+    sync()
+    samples = []
+    for _ in range(runs):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if with_sync:
+            sync()
+        samples.append((time.perf_counter() - t0) * 1e6 / calls)
+        sync()
+    return samples
+
+
+def host_loops(dry_run: bool, calls: int = LOOP_CALLS, runs: int = LOOP_RUNS) -> list[dict]:
+    """Eager calls with allocation and with ``out=``, both loop methods, every case.
+
+    A dry run (no GPU) makes the same calls on CPU tensors (jitmeta's reference path)
+    and records no timing.
+    """
+    device = "cpu" if dry_run else "cuda"
+    sync = (lambda: None) if dry_run else torch.cuda.synchronize
+    out = torch.empty(NUM_SMS + 1, 2, dtype=I32, device=device)
+    loops = []
+    for case, batch, varlen in HOST_CASES:
+        gen = torch.Generator().manual_seed(batch)
+        ctx = torch.randint(1, 8193, (batch, 1), generator=gen, dtype=I32).to(device)
+        idx = (torch.arange(batch) // 2).to(I32).to(device) if varlen else None
+        want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
+        if not torch.equal(jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx),
+                           want):
+            raise RuntimeError(f"host case {case}: the eager call is not exact")
+        variant = jitmeta.plan(batch, 1, varlen, NUM_SMS,
+                               arch="sm_90" if dry_run else None).variant
+
+        def eager():
+            return jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx)
+
+        def with_out():
+            return jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx, out=out)
+
+        for use_out, fn in ((False, eager), (True, with_out)):
+            for method in ("calls", "calls+sync"):
+                samples = loop_us(fn, 2 if dry_run else calls, 2 if dry_run else runs,
+                                  sync, method == "calls+sync")
+                loops.append({"case": case, "batch": batch, "varlen": varlen,
+                              "variant": variant, "out": use_out, "method": method,
+                              "calls": calls, "runs": runs,
+                              "us": None if dry_run else records.spread(samples)})
+                print(f"host {case:13s} {variant:8s} {'out=' if use_out else 'alloc':5s} "
+                      f"{method:10s} {fmt_spread(loops[-1]['us'])}", flush=True)
+        sync()
+        out.fill_(-1)
+        with_out()
+        sync()
+        if not torch.equal(out, want):
+            raise RuntimeError(f"host case {case}: the out= call after the loops is not "
+                               "exact")
+    return loops
+
+
+def fmt_spread(t) -> str:
+    return "-" if t is None else f"{t['median']:.2f} us ({t['min']:.2f}-{t['max']:.2f})"
+
+
+def gpu_parts() -> dict:
+    """What the parts of the eager call cost on the GPU machine (static launcher)."""
     dev = torch.cuda.current_device()
     gpu_sync = torch.cuda.synchronize
     out = torch.empty(NUM_SMS + 1, 2, dtype=I32, device="cuda")
-    rows = {}
-    for name, batch, varlen in [("static", 128, False), ("static-varlen", 4096, True),
-                                ("dynamic", 20000, False), ("chunked", 100000, True)]:
-        ctx = torch.randint(0, 5000, (batch, 1), dtype=I32, device="cuda")
-        idx = (torch.arange(batch, device="cuda") // 2).to(I32) if varlen else None
-        jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx)
-        torch.cuda.synchronize()
-
-        def eager():
-            jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx)
-
-        def with_out():
-            jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx, out=out)
-
-        rows[name] = {"eager_us": per_call_us(eager, 200, 15, gpu_sync),
-                      "out_us": per_call_us(with_out, 200, 15, gpu_sync)}
-        torch.cuda.synchronize()
     # the parts, on the static launcher
     ctx = torch.randint(0, 5000, (128, 1), dtype=I32, device="cuda")
     launcher = api.prepare(dev, 128, 1, False, NUM_SMS, 256, "smxx")
@@ -96,7 +172,7 @@ def gpu_figures() -> dict:
             gpu_sync),
     }
     torch.cuda.synchronize()
-    return {"device": torch.cuda.get_device_name(dev), "calls": rows, "parts": parts}
+    return parts
 
 
 class _NullDriver:
@@ -208,24 +284,57 @@ def cpu_figures() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--out", default=None,
+                    help="directory for the record <date>-<device>-host.json (a GPU run "
+                         "without --out or --json writes docs/benchmarks)")
+    ap.add_argument("--json", help="write the record to this file instead")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="no GPU: make every call of the GPU loops on CPU tensors, untimed")
+    ap.add_argument("--no-breakdown", action="store_true",
+                    help="skip the per-part figures (CPU stand-in driver and GPU parts)")
     args = ap.parse_args(argv)
-    figures = {"python": sys.version.split()[0], "torch": torch.__version__,
-               "cpu": cpu_figures()}
-    if torch.cuda.is_available():
-        figures["gpu"] = gpu_figures()
-    for section, table in [("CPU, after", figures["cpu"]["after"]),
-                           ("CPU, before", figures["cpu"]["before"]),
-                           ("CPU, totals", figures["cpu"]["totals"])] + (
-            [("GPU, calls", {f"{k} {m}": v[m] for k, v in figures["gpu"]["calls"].items()
-                             for m in v}), ("GPU, parts", figures["gpu"]["parts"])]
-            if "gpu" in figures else []):
-        print(f"\n{section}")
-        for name, us in table.items():
-            print(f"  {name:55s} {us:8.3f} us")
+    dry = args.dry_run
+    if not dry and not torch.cuda.is_available():
+        print("no CUDA GPU: only the stand-in-driver breakdown (--dry-run makes the GPU "
+              "loops' calls on the CPU)", file=sys.stderr)
+        cpu = cpu_figures()
+        for section in ("after", "before", "totals"):
+            print(f"\nCPU, {section}")
+            for name, us in cpu[section].items():
+                print(f"  {name:55s} {us:8.3f} us")
+        return 0
+    meta = records.base_meta(argv, "benchmark_host.py")
+    if dry:
+        meta.update(device="cpu (dry run)", torch=torch.__version__, cuda=torch.version.cuda)
+    else:
+        meta.update(records.gpu_meta())
+    meta.update(dry_run=dry, num_sms=NUM_SMS, methods={
+        "calls": f"{LOOP_CALLS} eager calls timed on the host; the GPU is synchronized "
+                 "before and after, outside the timing",
+        "calls+sync": f"a plain loop of {LOOP_CALLS} eager calls followed by one "
+                      "torch.cuda.synchronize(), all timed"},
+        inputs="context lengths uniform in [1, 8192]; varlen: runs of 2 tokens")
+    record = {"schema": records.SCHEMA, "kind": "gpu-host", "meta": meta,
+              "loops": host_loops(dry)}
+    if not args.no_breakdown and not dry:
+        record["parts"] = gpu_parts()
+        record["cpu"] = cpu_figures()
+        for section, tab in [("CPU, after", record["cpu"]["after"]),
+                             ("CPU, before", record["cpu"]["before"]),
+                             ("CPU, totals", record["cpu"]["totals"]),
+                             ("GPU, parts", record["parts"])]:
+            print(f"\n{section}")
+            for name, us in tab.items():
+                print(f"  {name:55s} {us:8.3f} us")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(figures, f, indent=1)
+        path = records.write_record(record, Path(args.json).parent, Path(args.json).name)
+    elif args.out or not dry:
+        out_dir = args.out or records.REPO / "docs" / "benchmarks"
+        name = "dry-run" if dry else records.slug(meta["device"])
+        path = records.write_record(record, out_dir, f"{meta['date']}-{name}-host.json")
+    else:
+        return 0
+    print(f"record: {path}")
     return 0
 
 

@@ -1,22 +1,29 @@
-"""Benchmark jitmeta's schedule kernels on a GPU (issue 4).
+"""Benchmark jitmeta's schedule kernels on a GPU and write a record.
 
-Times, in one run: our call for every batch x mode, an empty kernel launched the same
-way (the floor), and a PyTorch-ops implementation of the same schedule (what a user
-would write instead). GPU time per call comes from CUDA-graph replay (CUDA events,
-warm-up, median of repeats, fresh random inputs); host time per eager call with and
-without ``out=``. Prints a table and writes a dated Markdown + JSON record.
+For every schedule format the installed jitmeta accepts, dense ``next_n`` 1 and 2 and
+varlen (runs of 2 tokens, and random run lengths), at each batch of :data:`BATCHES`:
+GPU microseconds per call from CUDA-graph replay (``CALLS_PER_GRAPH`` back-to-back
+calls per graph, CUDA events, min / median / max over ``REPEATS``), and the output
+the timed replays wrote compared with the reference (``torch.equal``). In the same
+run and graph shape: an empty kernel and the touch kernel (bench/touch.py: reads the
+same input bytes once, writes the same output, at its fastest of a few launch
+shapes), and, for the "smxx" format, PyTorch ops computing the same schedule.
+Also: forced variants / chunked slab sizes side by side (the planner's thresholds),
+and the first call of a fresh process whose disk cache holds the cubin.
 
-    python bench/benchmark_metadata.py [--out DIR] [--quick]
+    python bench/benchmark_metadata.py [--out DIR] [--quick] [--dry-run]
+
+``--dry-run`` needs no GPU: inputs, reference, the call with ``out=`` and its check,
+the PyTorch-ops schedule, the floor kernels' NVRTC compile, the record and its tables
+all run on the CPU; nothing is timed (timings are null). The record goes to
+``docs/benchmarks/<date>-<device>.json``; ``python bench/make_tables.py`` then
+regenerates the tables of README.md and docs/benchmarks/README.md from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -26,28 +33,32 @@ import torch
 
 import jitmeta
 from jitmeta import envs
-from jitmeta.heuristics.plan import codes_for_batches
-from jitmeta.impls.render import render
-from jitmeta.jit import runtime
-from jitmeta.jit.compiler import CompileOptions, compile_cubin, nvrtc_version
 
-BATCHES = [1, 32, 128, 1024, 4096, 8192, 16384, 32768, 65536, 262144, 2**20, 2**24]
-MODES = ["next_n=1", "next_n=2", "varlen"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import records  # noqa: E402  (bench/, next to this file)
+import touch as floors_mod  # noqa: E402
+
+BATCHES = [1, 1024, 4096, 8192, 16384, 65536, 2**20, 2**24]
+MODES = ("next_n=1", "next_n=2", "varlen/runs=2", "varlen/runs=1..16")
+LENGTHS = (1, 8192)  # context lengths uniform in [lo, hi]
 NUM_SMS = 132
+BLOCK_KV = 64
 CALLS_PER_GRAPH = 20
-REPLAYS = 20
+REPLAYS = 10
 REPEATS = 5
-
-EMPTY_SRC = r'''
-extern "C" __global__ void jitmeta_empty(const int* a, const int* b, unsigned c,
-                                         unsigned d, unsigned e, int* f, const void* g) {}
-'''
+TORCH_OPS_MAX_BATCH = 2**20  # beyond, 20 calls of the PyTorch ops cost seconds a replay
+TORCH_OPS_FORMAT = "smxx"
+TUNING_BATCHES = [4096, 8192, 16384, 65536, 270336, 2**20]
+TUNING_CHUNKS = [1024, 2048, 4096, 8192]
+DYNAMIC_MAX = 55970  # the dynamic variant serves up to here on an H200 (both modes)
+SEED = 20261202
 
 
 # --- what a user would write instead: PyTorch ops, no host sync (capturable) ----------
 
 def torch_ops_schedule(ctx: torch.Tensor, num_sms: int, indices=None, split_kv: int = 256
                        ) -> torch.Tensor:
+    """The "smxx" schedule with PyTorch ops only (cumsum + searchsorted), capturable."""
     dev = ctx.device
     s = torch.arange(num_sms + 1, device=dev, dtype=torch.int64)
     if indices is None:
@@ -86,262 +97,322 @@ def torch_ops_schedule(ctx: torch.Tensor, num_sms: int, indices=None, split_kv: 
 
 # --- inputs -----------------------------------------------------------------------------
 
-def make_inputs(batch: int, mode: str, gen: torch.Generator):
-    next_n = 1 if mode == "varlen" else int(mode.split("=")[1])
-    ctx = torch.randint(1, 32768, (batch, next_n), generator=gen, dtype=torch.int32)
-    ctx[torch.rand(batch, next_n, generator=gen) < 0.1] = 0
-    idx = None
+def mode_shape(mode: str) -> tuple[int, tuple[int, int] | None]:
+    """``(next_n, runs)`` of a mode name; ``runs`` = (lo, hi) run lengths for varlen.
+
+    ``next_n=N`` (dense), ``varlen/runs=K`` (every request K tokens),
+    ``varlen/runs=LO..HI`` (uniform random run lengths); ``varlen`` = ``varlen/runs=2``.
+    """
     if mode == "varlen":
-        runs = torch.randint(1, 9, (batch,), generator=gen)
-        idx = torch.repeat_interleave(torch.arange(batch), runs)[:batch].to(torch.int32)
-    return ctx.cuda(), (idx.cuda() if idx is not None else None)
+        mode = "varlen/runs=2"
+    try:
+        if mode.startswith("next_n="):
+            n = int(mode[len("next_n="):])
+            if n >= 1:
+                return n, None
+        elif mode.startswith("varlen/runs="):
+            lo, _, hi = mode[len("varlen/runs="):].partition("..")
+            lo, hi = int(lo), int(hi or lo)
+            if 1 <= lo <= hi:
+                return 1, (lo, hi)
+    except ValueError:
+        pass
+    raise ValueError(f"mode {mode!r}: expected next_n=N (N >= 1), varlen/runs=K or "
+                     "varlen/runs=LO..HI (1 <= LO <= HI)")
+
+
+def make_inputs(batch: int, mode: str, gen: torch.Generator, device="cuda"):
+    """(context_lens [batch, next_n], indices [batch] or None): lengths uniform in
+    LENGTHS; varlen requests are runs of equal consecutive indices."""
+    next_n, runs = mode_shape(mode)
+    ctx = torch.randint(LENGTHS[0], LENGTHS[1] + 1, (batch, next_n), generator=gen,
+                        dtype=torch.int32)
+    idx = None
+    if runs is not None:
+        lo, hi = runs
+        if lo == hi:
+            idx = torch.arange(batch, dtype=torch.int64) // lo
+        else:
+            lens = torch.randint(lo, hi + 1, (batch // lo + 1,), generator=gen)
+            idx = torch.repeat_interleave(torch.arange(lens.numel()), lens)[:batch]
+        idx = idx.to(torch.int32)
+    return ctx.to(device), (idx.to(device) if idx is not None else None)
 
 
 # --- timing -----------------------------------------------------------------------------
 
-def graph_time_us(fn, stream: torch.cuda.Stream, calls: int = CALLS_PER_GRAPH,
-                  replays: int = REPLAYS) -> float:
-    """Median GPU microseconds per call of ``fn`` over CUDA-graph replays.
+class GraphTimer:
+    """GPU microseconds per call from CUDA-graph replay, and a check of what the
+    replays wrote.
 
-    ``calls`` back-to-back calls per graph measure throughput (kernel time plus the
-    gap between kernels); ``calls=1`` measures the latency of one replayed call, as
-    the upstream figures in GPU.md were taken.
+    :meth:`measure` captures ``calls`` back-to-back calls of ``fn`` in one graph (after
+    two eager warm-up calls), replays it twice, fills the tensor the last captured call
+    returns with -1, then times ``repeats`` x ``replays`` replays (CUDA events) and
+    compares that tensor with ``want``. In a dry run (no GPU) ``fn`` runs eagerly
+    twice (the output filled with -1 between) and the check runs; nothing is timed.
     """
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=stream):
-        for _ in range(calls):
-            fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(REPEATS):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(replays):
-            g.replay()
-        e1.record()
-        e1.synchronize()
-        samples.append(e0.elapsed_time(e1) * 1e3 / (replays * calls))
-    return statistics.median(samples)
 
+    def __init__(self, calls: int, replays: int, repeats: int, dry_run: bool):
+        self.calls, self.replays, self.repeats, self.dry_run = calls, replays, repeats, dry_run
+        self.stream = None if dry_run else torch.cuda.Stream()
 
-def host_time_us(fn, n: int = 200) -> float:
-    """Median host microseconds per eager call (launch cost; the GPU is not awaited)."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        for _ in range(n):
+    def measure(self, fn, want: torch.Tensor | None = None, replays: int | None = None):
+        """(timing spread or None, exact or None)."""
+        if self.dry_run:
+            first = fn()
+            if want is None:
+                return None, None
+            first.fill_(-1)
+            return None, bool(torch.equal(fn(), want))
+        replays = replays or self.replays
+        stream = self.stream
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
             fn()
-        samples.append((time.perf_counter() - t0) * 1e6 / n)
+            fn()
         torch.cuda.synchronize()
-    return statistics.median(samples)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(self.calls):
+                result = fn()
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        if want is not None:
+            result.fill_(-1)
+            torch.cuda.synchronize()
+        samples = []
+        for _ in range(self.repeats):
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(replays):
+                graph.replay()
+            e1.record()
+            e1.synchronize()
+            samples.append(e0.elapsed_time(e1) * 1e3 / (replays * self.calls))
+        exact = None if want is None else bool(torch.equal(result, want))
+        del graph
+        return records.spread(samples), exact
 
 
-def empty_kernel():
-    res = compile_cubin(EMPTY_SRC, CompileOptions.for_arch(jitmeta.api.device_limits(0).arch))
-    mod = runtime.load_module(0, "bench-empty", res.cubin, ("jitmeta_empty",))
-    fn = mod.functions["jitmeta_empty"]
-    P, U = runtime.POINTER, runtime.UINT32
-
-    def call():
-        stream = torch.cuda.current_stream().cuda_stream
-        runtime.launch(fn, 1, 1024, 0, stream, (0, 0, 0, 0, 0, 0, 0), (P, P, U, U, U, P, P))
-    return call
+def graph_time_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> float:
+    """Median GPU microseconds per call of ``fn`` (for bench/compare_sources.py)."""
+    timing, _ = GraphTimer(calls, replays, REPEATS, dry_run=False).measure(fn)
+    return timing["median"]
 
 
-# --- forced variants and slab sizes (what the planner's choices rest on) ------------------
+# --- the parts of a run -------------------------------------------------------------------
 
-TUNING_BATCHES = [4096, 8192, 16384, 32768, 55000, 131072, 270336, 2**20]
-TUNING_CHUNKS = [1024, 2048, 4096, 8192]
+def touch_floor(floors, timer: GraphTimer, ctx, idx, out, num_sms: int) -> dict:
+    """The touch kernel at each candidate launch shape; the fastest is ``best``."""
+    words = (ctx.numel(), 0 if idx is None else idx.numel())
+    tried = []
+    for threads, grid in floors_mod.candidates(words, num_sms):
+        if floors is None:
+            timing = None
+        else:
+            timing, _ = timer.measure(floors.touch(ctx, idx, out, threads, grid))
+        tried.append({"threads": threads, "grid": grid, "us": timing})
+    timed = [t for t in tried if t["us"] is not None]
+    best = min(timed, key=lambda t: t["us"]["median"]) if timed else None
+    return {"words": list(words), "best": best, "tried": tried}
 
 
-def tuning_rows(stream, gen) -> list[dict]:
-    """GPU us per call (amortized) of each variant / chunked slab size that can serve a
-    batch, bit-exactness checked: dense next_n=1 and varlen."""
+def cold_first_call(dry_run: bool) -> dict | None:
+    """First call of a fresh process whose disk cache holds the cubin (batch 8192
+    varlen, "smxx"): 3 processes; a run that compiled is reported, not counted."""
+    if dry_run:
+        return None
+    snippet = ("import time, torch; import jitmeta; "
+               "c = torch.full((8192, 1), 4096, dtype=torch.int32, device='cuda'); "
+               "i = (torch.arange(8192, device='cuda') // 2).int(); torch.cuda.synchronize(); "
+               "t1 = time.perf_counter(); jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); "
+               "torch.cuda.synchronize(); t2 = time.perf_counter(); "
+               "print(round((t2 - t1) * 1e3, 3), jitmeta.stats()['compiles'])")
+    runs = []
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", snippet], capture_output=True,
+                             text=True, env=os.environ.copy(), timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"first-call subprocess failed (exit {res.returncode}):\n"
+                               f"{res.stderr[-2000:]}")
+        ms, compiles = res.stdout.split()[-2:]
+        runs.append({"ms": float(ms), "compiles": int(compiles)})
+    return {"case": "batch 8192 varlen runs=2, smxx, fresh process, warm disk cache",
+            "runs": runs,
+            "ms": records.spread(r["ms"] for r in runs if r["compiles"] == 0)}
+
+
+def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]:
+    """Each variant / chunked slab size that can serve a batch, timed side by side
+    ("smxx"; dense next_n=1 and varlen runs of 2), output checked after the replays."""
     rows = []
-    for mode in ("next_n=1", "varlen"):
-        for batch in TUNING_BATCHES:
-            ctx, idx = make_inputs(batch, mode, gen)
+    for mode in ("next_n=1", "varlen/runs=2"):
+        next_n, runs = mode_shape(mode)
+        for batch in batches:
+            ctx, idx = make_inputs(batch, mode, gen, device)
             want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
-            out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device="cuda")
+            out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device=device)
             configs = [("static", {"JITMETA_VARIANT": "static"})] if batch <= 8192 else []
-            if batch <= 55970:
+            if batch <= DYNAMIC_MAX:
                 configs.append(("dynamic", {"JITMETA_VARIANT": "dynamic"}))
             configs += [(f"chunked/{c}", {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c,
                                           "JITMETA_THREADS": max(256, min(1024, c // 4))})
                         for c in TUNING_CHUNKS]
             row = {"mode": mode, "batch": batch,
-                   "default": jitmeta.plan(batch, 1, mode == "varlen", NUM_SMS).code.name}
+                   "default": jitmeta.plan(batch, next_n, runs is not None, NUM_SMS,
+                                           arch="sm_90" if device == "cpu" else None
+                                           ).code.name, "configs": {}}
             for name, knobs in configs:
                 with envs.override(**knobs):
                     call = (lambda: jitmeta.get_paged_mqa_logits_metadata(
-                        ctx, 64, NUM_SMS, idx, out=out))
-                    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx)
-                    row[name] = round(graph_time_us(call, stream), 2)
-                    row[name + " exact"] = bool(torch.equal(got, want))
+                        ctx, BLOCK_KV, NUM_SMS, idx, out=out))
+                    timing, exact = timer.measure(call, want)
+                row["configs"][name] = {"us": timing, "exact": exact}
             rows.append(row)
-            print("tuning", row, flush=True)
+            progress(f"tuning {mode:18s} {batch:9d} " + "  ".join(
+                f"{k} {_fmt(v['us'])}{'' if v['exact'] else ' WRONG'}"
+                for k, v in row["configs"].items()))
             del ctx, idx
     return rows
 
 
-# --- cold start -------------------------------------------------------------------------
-
-def cold_figures(arch: str) -> dict:
-    lim = jitmeta.limits_for_arch(arch, NUM_SMS)
-    per_variant = {}
-    counts = {}
-    for varlen in (False, True):
-        codes = codes_for_batches([(1, 2**24)], 1, varlen, NUM_SMS, 256, "smxx", lim)
-        counts["varlen" if varlen else "dense"] = len(codes)
-        for code in codes:
-            res = compile_cubin(render(code), CompileOptions.for_arch(arch))
-            per_variant[code.name] = round(res.seconds * 1e3, 1)
-    # first call of a fresh process whose disk cache already holds the cubin
-    snippet = ("import time, torch; t0 = time.perf_counter(); import jitmeta; "
-               "c = torch.full((8192, 1), 4096, dtype=torch.int32, device='cuda'); "
-               "i = (torch.arange(8192, device='cuda') // 2).int(); torch.cuda.synchronize(); "
-               "t1 = time.perf_counter(); jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); "
-               "torch.cuda.synchronize(); t2 = time.perf_counter(); "
-               "print(round((t2 - t1) * 1e3, 2), jitmeta.stats()['compiles'])")
-    runs = []
-    for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,
-                             env=os.environ.copy(), check=True).stdout.split()
-        runs.append((float(out[0]), int(out[1])))
-    warm_runs = runs[1:]  # the first one may compile (cold disk cache)
-    # where a first call's time goes (printed to the log, not part of the record)
-    profiled = snippet.replace("jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); ",
-                               "import cProfile, pstats; pr = cProfile.Profile(); "
-                               "pr.enable(); jitmeta.get_paged_mqa_logits_metadata(c, 64, "
-                               "132, i); pr.disable(); ")
-    profiled += "; pstats.Stats(pr).sort_stats('cumulative').print_stats(30)"
-    print(subprocess.run([sys.executable, "-c", profiled], capture_output=True, text=True,
-                         env=os.environ.copy()).stdout[-6000:], flush=True)
-    return {"nvrtc_ms_per_variant": per_variant,
-            "nvrtc_ms_median": statistics.median(per_variant.values()),
-            "distinct_cubins_1_to_2p24": counts,
-            "first_call_ms_warm_disk_cache": statistics.median(r[0] for r in warm_runs),
-            "first_call_compiles": [r[1] for r in warm_runs]}
+def _fmt(timing) -> str:
+    return "-" if timing is None else f"{timing['median']:.2f}"
 
 
 # --- main -------------------------------------------------------------------------------
 
+def run(args, argv) -> dict:
+    dry = args.dry_run
+    device = "cpu" if dry else "cuda"
+    t_start = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"[{time.perf_counter() - t_start:6.1f} s] {line}", flush=True)
+
+    formats = tuple(args.formats.split(",")) if args.formats else records.schedules()
+    modes = tuple(args.modes.split(",")) if args.modes else MODES
+    for m in modes:
+        mode_shape(m)
+    if args.batches:
+        batches = [int(b) for b in args.batches.split(",")]
+    elif args.quick:
+        batches = [1, 1024, 65536]
+    else:
+        batches = BATCHES if not dry else [b for b in BATCHES if b <= 65536]
+    if dry:
+        meta_dev = {"device": "cpu (dry run)", "sms": None, "arch": "sm_90", "driver": None,
+                    "driver_cuda": None, "torch": torch.__version__,
+                    "cuda": torch.version.cuda}
+    else:
+        meta_dev = records.gpu_meta()
+    arch = meta_dev["arch"]
+    timer = GraphTimer(CALLS_PER_GRAPH, REPLAYS, REPEATS, dry)
+    if dry:
+        floors_mod.compile_floors(arch)  # the sources must compile; nothing to launch
+        floors = None
+    else:
+        floors = floors_mod.Floors(torch.cuda.current_device(), arch)
+    gen = torch.Generator().manual_seed(args.seed)
+    empty, _ = (None, None) if dry else timer.measure(floors.empty())
+    progress(f"empty kernel {_fmt(empty)} us per call; formats {', '.join(formats)}")
+    touch: dict[tuple[int, int], dict] = {}
+    rows = []
+    for mode in modes:
+        next_n, runs = mode_shape(mode)
+        varlen = runs is not None
+        for batch in batches:
+            ctx, idx = make_inputs(batch, mode, gen, device)
+            out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device=device)
+            layout = (ctx.numel(), 0 if idx is None else idx.numel())
+            if layout not in touch:
+                touch[layout] = touch_floor(floors, timer, ctx, idx, out, NUM_SMS)
+                progress(f"touch {layout} best {touch[layout]['best']}")
+            for fmt in formats:
+                want = jitmeta.reference_schedule(ctx, NUM_SMS, idx, schedule=fmt)
+                p = jitmeta.plan(batch, next_n, varlen, NUM_SMS, schedule=fmt,
+                                 arch=arch if dry else None)
+
+                def ours():
+                    return jitmeta.get_paged_mqa_logits_metadata(
+                        ctx, BLOCK_KV, NUM_SMS, idx, out=out, schedule=fmt)
+                timing, exact = timer.measure(ours, want)
+                ops = None
+                if fmt == TORCH_OPS_FORMAT and batch <= TORCH_OPS_MAX_BATCH:
+                    ops_timing, ops_exact = timer.measure(
+                        lambda: torch_ops_schedule(ctx, NUM_SMS, idx), want,
+                        replays=2 if batch >= 2**18 else None)
+                    ops = {"calls_per_graph": CALLS_PER_GRAPH, "us": ops_timing,
+                           "exact": ops_exact}
+                row = {"format": fmt, "mode": mode, "batch": batch, "next_n": next_n,
+                       "varlen": varlen, "variant": p.variant, "code": p.code.name,
+                       "calls_per_graph": CALLS_PER_GRAPH, "us": timing, "exact": exact,
+                       "touch_words": list(layout), "torch_ops": ops}
+                rows.append(row)
+                progress(f"{fmt:5s} {mode:18s} {batch:9d} {p.variant:8s} "
+                         f"{_fmt(timing):>8s} us  touch {_fmt((touch[layout]['best'] or {}).get('us')):>7s}"
+                         f"  torch-ops {_fmt(ops and ops['us']):>9s}  exact={exact}"
+                         + ("" if ops is None else f"/{ops['exact']}"))
+            del ctx, idx
+    tuning = [] if (args.quick or args.no_tuning) else tuning_rows(
+        timer, gen, [b for b in TUNING_BATCHES if not dry or b <= 8192], device, progress)
+    cold = None if args.quick else cold_first_call(dry)
+    if cold is not None:
+        progress(f"first call {cold}")
+    meta = dict(records.base_meta(argv, "benchmark_metadata.py"), **meta_dev)
+    meta.update({"dry_run": dry, "num_sms": NUM_SMS, "block_kv": BLOCK_KV, "split_kv": 256,
+                 "calls_per_graph": CALLS_PER_GRAPH, "replays": REPLAYS, "repeats": REPEATS,
+                 "formats": list(formats), "modes": list(modes), "batches": batches,
+                 "inputs": f"context lengths uniform in [{LENGTHS[0]}, {LENGTHS[1]}]; "
+                           "varlen/runs=K: requests of K tokens; varlen/runs=LO..HI: "
+                           "run lengths uniform in [LO, HI]",
+                 "seed": args.seed, "exact_checked": "the output of the timed graph "
+                 "replays (out=), torch.equal against jitmeta.reference_schedule",
+                 "torch_ops_format": TORCH_OPS_FORMAT,
+                 "torch_ops_max_batch": TORCH_OPS_MAX_BATCH,
+                 "seconds": round(time.perf_counter() - t_start, 1)})
+    return {"schema": records.SCHEMA, "kind": "gpu-metadata", "meta": meta,
+            "floors": {"empty": {"calls_per_graph": CALLS_PER_GRAPH, "us": empty}},
+            "touch": list(touch.values()), "rows": rows, "tuning": tuning, "cold": cold}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/benchmarks", help="directory for the record")
-    ap.add_argument("--quick", action="store_true", help="fewer batches (smoke run)")
+    ap.add_argument("--out", default=None,
+                    help="directory for the record (default docs/benchmarks; a dry run "
+                         "writes none unless given)")
+    ap.add_argument("--quick", action="store_true",
+                    help="batches 1, 1024, 65536; no tuning table, no first-call runs")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="no GPU: run everything but the timing on the CPU")
+    ap.add_argument("--batches", help="comma list of batch sizes instead of the default")
+    ap.add_argument("--formats", help="comma list of formats (default: all jitmeta accepts)")
+    ap.add_argument("--modes", help=f"comma list of modes (default: {','.join(MODES)})")
+    ap.add_argument("--no-tuning", action="store_true", help="skip the forced-variant table")
+    ap.add_argument("--seed", type=int, default=SEED, help="input generator seed")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to benchmark", file=sys.stderr)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to time (--dry-run runs everything else on the CPU)",
+              file=sys.stderr)
         return 1
-    batches = BATCHES[:6] if args.quick else BATCHES
-    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
-    stream = torch.cuda.Stream()
-    empty = empty_kernel()
-    floor = graph_time_us(empty, stream)
-    floor1 = graph_time_us(empty, stream, calls=1, replays=200)
-    floor_host = host_time_us(empty)
-    rows = []
-    for mode in MODES:
-        for batch in batches:
-            ctx, idx = make_inputs(batch, mode, gen)
-            want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
-            out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device="cuda")
-            got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx)
-            exact = bool(torch.equal(got, want)) and bool(
-                torch.equal(torch_ops_schedule(ctx, NUM_SMS, idx), want))
-            ours = graph_time_us(
-                lambda: jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx, out=out),
-                stream)
-            ours1 = graph_time_us(
-                lambda: jitmeta.get_paged_mqa_logits_metadata(ctx, 64, NUM_SMS, idx, out=out),
-                stream, calls=1, replays=200)
-            ops = graph_time_us(lambda: torch_ops_schedule(ctx, NUM_SMS, idx), stream,
-                                calls=1, replays=20 if batch <= 2**20 else 3)
-            host = host_time_us(lambda: jitmeta.get_paged_mqa_logits_metadata(
-                ctx, 64, NUM_SMS, idx))
-            host_out = host_time_us(lambda: jitmeta.get_paged_mqa_logits_metadata(
-                ctx, 64, NUM_SMS, idx, out=out))
-            variant = jitmeta.plan(batch, 1 if mode == "varlen" else int(mode[-1]),
-                                   mode == "varlen", NUM_SMS).variant
-            rows.append({"mode": mode, "batch": batch, "variant": variant, "gpu_us": ours,
-                         "x_floor": ours / floor, "gpu_us_1call": ours1,
-                         "x_floor_1call": ours1 / floor1, "torch_ops_us": ops,
-                         "x_torch_ops": ours / ops, "host_us": host,
-                         "host_out_us": host_out, "exact": exact})
-            print(f"{mode:9s} {batch:9d} {variant:8s} gpu {ours:8.2f} us  "
-                  f"x{ours / floor:5.2f} floor  1-call {ours1:7.2f} us x{ours1 / floor1:5.2f}  "
-                  f"torch-ops {ops:8.2f} us  host {host:6.2f} / "
-                  f"{host_out:6.2f} us  exact={exact}", flush=True)
-            del ctx, idx
-    tuning = tuning_rows(stream, gen) if not args.quick else []
-    cold = cold_figures(jitmeta.api.device_limits(0).arch)
-    props = torch.cuda.get_device_properties(0)
-    meta = {
-        "date": datetime.date.today().isoformat(),
-        "device": props.name, "sms": props.multi_processor_count,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "nvrtc": nvrtc_version(),
-        "jitmeta": jitmeta.__version__, "python": platform.python_version(),
-        "command": "python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
-        "floor_gpu_us": floor, "floor_gpu_us_1call": floor1, "floor_host_us": floor_host,
-        "num_sms": NUM_SMS,
-        "calls_per_graph": CALLS_PER_GRAPH, "replays": REPLAYS, "repeats": REPEATS,
-    }
-    lines = [f"# jitmeta benchmark — {meta['date']}, {meta['device']} ({meta['sms']} SMs)",
-             "",
-             f"torch {meta['torch']} (CUDA {meta['cuda']}), NVRTC {meta['nvrtc']}, "
-             f"Python {meta['python']}. Command: `{meta['command']}`.",
-             f"GPU time: CUDA-graph replay, {CALLS_PER_GRAPH} calls per graph, "
-             f"{REPLAYS} replays, median of {REPEATS}; num_sms={NUM_SMS}; random lengths "
-             "1..32767 with 10% zeros; varlen runs of 1..8 tokens.",
-             "The 1-call columns replay a graph holding one call (latency, as GPU.md's "
-             "upstream figures); the others amortize 20 back-to-back calls per graph.",
-             f"Floor (empty kernel, same launch path): {floor:.2f} us GPU per call "
-             f"(20/graph), {floor1:.2f} us (1/graph), {floor_host:.2f} us host.",
-             "",
-             "| mode | batch | variant | GPU us | x floor | GPU us 1-call | x floor 1-call "
-             "| PyTorch-ops us | x PyTorch-ops | host us | host us (out=) | exact |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        lines.append(f"| {r['mode']} | {r['batch']} | {r['variant']} | {r['gpu_us']:.2f} | "
-                     f"{r['x_floor']:.2f} | {r['gpu_us_1call']:.2f} | {r['x_floor_1call']:.2f} "
-                     f"| {r['torch_ops_us']:.2f} | {r['x_torch_ops']:.3f} "
-                     f"| {r['host_us']:.2f} | {r['host_out_us']:.2f} | {r['exact']} |")
-    if tuning:
-        names = ["static", "dynamic"] + [f"chunked/{c}" for c in TUNING_CHUNKS]
-        lines += ["", "Forced variants and chunked slab sizes (GPU us per call, amortized; "
-                  "chunked/C = slabs of C elements at max(256, min(1024, C/4)) threads; "
-                  "`-` = cannot serve the batch):", "",
-                  "| mode | batch | default plan | " + " | ".join(names) + " | exact |",
-                  "|---|---:|---|" + "---:|" * len(names) + "---|"]
-        for r in tuning:
-            cells = [f"{r[n]:.2f}" if n in r else "-" for n in names]
-            exact = all(v for k, v in r.items() if k.endswith(" exact"))
-            lines.append(f"| {r['mode']} | {r['batch']} | {r['default']} | "
-                         + " | ".join(cells) + f" | {exact} |")
-    lines += ["", "Cold start:", "", "```", json.dumps(cold, indent=1), "```", ""]
-    text = "\n".join(lines)
+    record = run(args, argv)
+    import make_tables  # bench/, next to this file
+
     print()
-    print(text)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{meta['date']}-{props.name.replace(' ', '_')}"
-    (out_dir / f"{stem}.md").write_text(text)
-    (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows,
-                                                     "tuning": tuning, "cold": cold},
-                                                    indent=1))
-    exact = all(r["exact"] for r in rows) and all(
-        v for r in tuning for k, v in r.items() if k.endswith(" exact"))
-    return 0 if exact else 1
+    print(make_tables.gpu_table(record))
+    out_dir = args.out or (None if args.dry_run else records.REPO / "docs" / "benchmarks")
+    if out_dir is not None:
+        name = ("dry-run" if args.dry_run else records.slug(record["meta"]["device"]))
+        path = records.write_record(record, out_dir, f"{record['meta']['date']}-{name}.json")
+        print(f"record: {path}")
+    bad = [r for r in record["rows"] if r["exact"] is not True
+           or (r["torch_ops"] and r["torch_ops"]["exact"] is not True)]
+    bad += [r for r in record["tuning"] for c in r["configs"].values() if c["exact"] is not True]
+    for r in bad:
+        print(f"NOT EXACT: {r.get('format', 'smxx')} {r['mode']} {r['batch']}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def sm_clock_mhz(arch: str) -> float:
     def call():
         runtime.launch(fn, 1, 32, 0, torch.cuda.current_stream().cuda_stream, (cycles,),
                        (runtime.UINT32,))
-    return cycles / graph_time_us(call, torch.cuda.Stream(), calls=5)
+    return cycles / graph_time_us(call, calls=5)
 
 
 def main(argv=None) -> int:
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
             exact = torch.equal(out, want)
             bad += not exact
             mark = "" if exact else " !!"
-            us = None if args.once else graph_time_us(call, torch.cuda.Stream())
+            us = None if args.once else graph_time_us(call)
             cells.append(f"{'once' if us is None else f'{us:.2f}':>11s}{mark}")
         print(f"{label:22s} " + " ".join(f"{x:>14s}" for x in cells), flush=True)
     return 1 if bad else 0

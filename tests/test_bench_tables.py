@@ -1,0 +1,257 @@
+"""The benchmark records and the tables generated from them (CPU only).
+
+The committed README / docs tables must be exactly what bench/make_tables.py makes of
+the committed records; a figure edited by hand fails here. The benchmark scripts'
+dry-run modes run everything but the timing, and their records feed the generator.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import jitmeta
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+import benchmark_host  # noqa: E402
+import benchmark_metadata  # noqa: E402
+import benchmark_nvrtc  # noqa: E402
+import make_tables  # noqa: E402
+import records  # noqa: E402
+import touch  # noqa: E402
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    shutil.copy(REPO / "README.md", root / "README.md")
+    shutil.copytree(REPO / "docs" / "benchmarks", root / "docs" / "benchmarks")
+    return root
+
+
+# --- the committed files ------------------------------------------------------------------
+
+def test_committed_regions_equal_what_the_records_give():
+    found = make_tables.load_records(REPO / "docs" / "benchmarks")
+    assert found["gpu-metadata"], "docs/benchmarks must hold the current GPU record"
+    for rel in make_tables.FILES:
+        text = (REPO / rel).read_text(encoding="utf-8")
+        assert "<!-- generated:" in text, f"{rel} has no generated region"
+        assert make_tables.render_file(text, found, str(rel)) == text, (
+            f"{rel}: generated regions differ from the records; run "
+            "python bench/make_tables.py")
+    assert make_tables.main(["--check"]) == 0
+
+
+def test_a_figure_edited_by_hand_fails_the_check(tmp_path, capsys):
+    root = _copy_tree(tmp_path)
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    region = make_tables.REGION.search(text)
+    body = region.group(3)
+    edited = body.replace("| 2^20 | ", "| 2^20 | 1", 1)
+    assert edited != body, "the performance table should have a 2^20 row"
+    readme.write_text(text.replace(body, edited), encoding="utf-8")
+    assert make_tables.main(["--check", "--root", str(root)]) == 1
+    assert "README.md" in capsys.readouterr().err
+    assert make_tables.main(["--root", str(root)]) == 0  # regenerate
+    assert readme.read_text(encoding="utf-8") == text
+
+
+def test_an_unknown_or_unclosed_region_is_an_error():
+    found = make_tables.load_records(REPO / "docs" / "benchmarks")
+    with pytest.raises(make_tables.RecordError, match="unknown generated region 'nope'"):
+        make_tables.render_file("<!-- generated:nope -->\n<!-- /generated:nope -->\n",
+                                found)
+    with pytest.raises(make_tables.RecordError, match="needs its own"):
+        make_tables.render_file("<!-- generated:host -->\nx\n", found)
+
+
+def test_committed_files_hold_no_machine_paths():
+    paths = [REPO / "README.md", *sorted((REPO / "docs" / "benchmarks").iterdir())]
+    for path in paths:
+        found = records.machine_paths(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name} holds machine paths: {found}"
+    assert records.machine_paths("--out /tmp/x and /home/u") != []
+    assert records.machine_paths("docs/benchmarks/x.json <path>") == []
+
+
+def test_write_record_refuses_machine_paths(tmp_path):
+    with pytest.raises(ValueError, match="absolute machine paths"):
+        records.write_record({"meta": {"command": "python x --out /root/out"}}, tmp_path,
+                             "r.json")
+    assert not (tmp_path / "r.json").exists()
+    assert records.portable("/root/out") == "<path>"
+    assert records.portable(str(REPO / "bench" / "x.py")) == "bench/x.py"
+    assert records.portable("--out=/tmp/o") == "--out=<path>"
+    assert records.portable("12") == "12"
+
+
+# --- the timer's check of what was timed --------------------------------------------------
+
+def test_dry_timer_catches_a_call_that_writes_nothing_or_the_wrong_rows():
+    timer = benchmark_metadata.GraphTimer(20, 10, 5, dry_run=True)
+    ctx = torch.randint(1, 8193, (64, 1), dtype=torch.int32)
+    want = jitmeta.reference_schedule(ctx, 132)
+    out = torch.zeros(133, 2, dtype=torch.int32)
+
+    def right():
+        out.copy_(want)
+        return out
+
+    def stale():  # writes once, then never again: the -1 fill must show it
+        if not hasattr(stale, "done"):
+            stale.done = out.copy_(want)
+        return out
+
+    def wrong():
+        out.copy_(want)
+        out[5, 1] += 1
+        return out
+    assert timer.measure(right, want) == (None, True)
+    assert timer.measure(stale, want) == (None, False)
+    assert timer.measure(wrong, want) == (None, False)
+
+
+# --- the scripts' dry runs ----------------------------------------------------------------
+
+def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
+    rc = benchmark_metadata.main(["--dry-run", "--out", str(tmp_path), "--batches", "1,1024"])
+    assert rc == 0
+    (path,) = tmp_path.glob("*-dry-run.json")
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    meta = rec["meta"]
+    assert rec["schema"] == records.SCHEMA and rec["kind"] == "gpu-metadata"
+    assert meta["dry_run"] is True
+    assert tuple(meta["formats"]) == records.schedules()
+    assert meta["calls_per_graph"] == benchmark_metadata.CALLS_PER_GRAPH
+    for key in ("date", "device", "driver", "torch", "nvrtc", "command", "commit"):
+        assert key in meta
+    assert meta["command"].startswith("python bench/benchmark_metadata.py --dry-run")
+    assert "<path>" in meta["command"] and not records.machine_paths(path.read_text())
+    modes = benchmark_metadata.MODES
+    assert len(rec["rows"]) == len(modes) * 2 * len(meta["formats"])
+    assert {r["mode"] for r in rec["rows"]} == set(modes)
+    assert all(r["exact"] is True and r["us"] is None for r in rec["rows"])
+    ops = [r["torch_ops"] for r in rec["rows"] if r["format"] == "smxx"]
+    assert ops and all(o["exact"] is True and o["calls_per_graph"] ==
+                       benchmark_metadata.CALLS_PER_GRAPH for o in ops)
+    layouts = {tuple(t["words"]) for t in rec["touch"]}
+    assert {tuple(r["touch_words"]) for r in rec["rows"]} == layouts
+    assert (1024, 0) in layouts and (2048, 0) in layouts and (1024, 1024) in layouts
+    assert all(t["tried"] and t["best"] is None for t in rec["touch"])
+    assert rec["tuning"] and all(c["exact"] for r in rec["tuning"]
+                                 for c in r["configs"].values())
+    out = capsys.readouterr().out
+    assert "| smxx | varlen/runs=1..16 | 1024 |" in out  # the printed table
+    # the generator refuses it in the records directory ...
+    with pytest.raises(make_tables.RecordError, match="dry-run"):
+        make_tables.load_records(tmp_path)
+    # ... and renders every region from a record of this shape
+    real = copy.deepcopy(rec)
+    real["meta"]["dry_run"] = False
+    for r in real["rows"]:
+        r["us"] = {"min": 1.0, "median": 2.0, "max": 3.0, "n": 5}
+        if r["torch_ops"]:
+            r["torch_ops"]["us"] = {"min": 40.0, "median": 50.0, "max": 60.0, "n": 5}
+    for t in real["touch"]:
+        t["best"] = dict(t["tried"][0], us={"min": 0.5, "median": 1.0, "max": 1.5, "n": 5})
+    real["floors"]["empty"]["us"] = {"min": 0.4, "median": 0.5, "max": 0.6, "n": 5}
+    found = {"gpu-metadata": [("x.json", real)], "gpu-host": [], "cpu-nvrtc": []}
+    perf = make_tables.region_performance(found)
+    assert "(2.0x)" in perf and "no record yet" in perf
+    table = make_tables.gpu_table(real)
+    assert "| smxx | next_n=1 | 1 | static | 2.00 (1.00-3.00) | 1.00 | 2.00 | 4.00 | " \
+           "50.00 (40.00-60.00) | 0.040 | yes |" in table
+    targets = make_tables.region_targets(found)
+    assert "| batch <= 4096: <= 1.5x the empty-kernel floor | 4.00x" in targets
+    assert "missed" in targets and "no record" in targets
+
+
+def test_torch_ops_ratio_compares_like_with_like():
+    row = {"calls_per_graph": 20, "us": {"median": 4.0},
+           "latency_1call": {"calls_per_graph": 1, "us": {"median": 6.0}},
+           "torch_ops": {"calls_per_graph": 1, "us": {"median": 60.0}}}
+    assert make_tables.torch_ops_ratio(row) == (0.1, 1)
+    del row["latency_1call"]
+    assert make_tables.torch_ops_ratio(row) == (None, 1)  # no 1-call figure: no ratio
+
+
+def test_host_dry_run_makes_every_call(tmp_path):
+    assert benchmark_host.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("*-dry-run-host.json")
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    loops = rec["loops"]
+    assert len(loops) == len(benchmark_host.HOST_CASES) * 2 * 2
+    assert {(x["varlen"], x["out"], x["method"]) for x in loops} == {
+        (v, o, m) for v in (False, True) for o in (False, True)
+        for m in ("calls", "calls+sync")}
+    assert {x["variant"] for x in loops} == {"static", "chunked"}
+    assert all(x["us"] is None and x["calls"] == 200 and x["runs"] == 5 for x in loops)
+
+
+# --- floors -------------------------------------------------------------------------------
+
+def test_touch_candidates_cover_one_load_per_thread_and_no_more():
+    shapes = touch.candidates((2**24, 0), 132)
+    for threads in touch.THREADS:
+        need = -(-(2**24 // 4) // threads)
+        grids = [g for t, g in shapes if t == threads]
+        assert grids == sorted(grids) and grids[0] == 1 and grids[-1] == need
+        assert 132 in grids
+    assert touch.candidates((1, 0), 132) == [(t, 1) for t in touch.THREADS]
+    assert max(g for _, g in touch.candidates((1024, 1024), 132)) == 1
+    with pytest.raises(ValueError, match="words must be two counts"):
+        touch.candidates((-1, 0), 132)
+
+
+def test_floor_kernels_compile_to_cubins():
+    cubins = touch.compile_floors("sm_90")
+    assert set(cubins) == {touch.EMPTY_NAME, touch.TOUCH_NAME}
+    for name, cubin in cubins.items():
+        assert cubin.startswith(b"\x7fELF") and name.encode() in cubin
+
+
+# --- NVRTC script -------------------------------------------------------------------------
+
+def test_nvrtc_script_reads_the_readme_warm_command():
+    command = benchmark_nvrtc.readme_warm_command((REPO / "README.md").read_text())
+    assert command.startswith("jitmeta-cache ") and " warm " in command
+    argv = benchmark_nvrtc.warm_argv(command, "CACHE", {"--format": "smxx"})
+    assert argv[argv.index("--cache-dir") + 1] == "CACHE"
+    assert argv[argv.index("--format") + 1] == "smxx" and argv.count("--format") == 1
+    full = benchmark_nvrtc.variants(benchmark_nvrtc.warm_argv(command, "C", {}))
+    names = [n for n, _ in full]
+    assert len(names) == len(set(names))
+    for fmt in records.schedules():
+        assert any(f"_{fmt}_" in n for n in names), f"no {fmt} variant in {names}"
+    assert any("_varlen_" in n for n in names) and any("_dense_" in n for n in names)
+    with pytest.raises(ValueError, match="no 'jitmeta-cache ... warm ...'"):
+        benchmark_nvrtc.readme_warm_command("no command here")
+
+
+def test_nvrtc_script_on_a_subset_writes_a_record_the_generator_refuses(tmp_path):
+    rc = benchmark_nvrtc.main(["--batch", "1-64", "--format", "smxx", "--varlen", "no",
+                               "--next-n", "1", "--repeats", "1", "--runs", "1",
+                               "--out", str(tmp_path)])
+    assert rc == 0
+    (path,) = tmp_path.glob("*-cpu-nvrtc-subset.json")
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    assert rec["meta"]["subset"] is True and rec["meta"]["cpus"] >= 1
+    (variant,) = rec["variants"]
+    assert variant["name"].startswith("static_dense_smxx") and variant["ms"]["median"] > 0
+    assert rec["warm"]["s"]["median"] > 0 and len(rec["warm"]["runs"]) == 1
+    assert rec["first_compile_in_process_ms"]["n"] == 1
+    with pytest.raises(make_tables.RecordError, match="subset"):
+        make_tables.load_records(tmp_path)
+    rec["meta"]["subset"] = False
+    found = {"gpu-metadata": [], "gpu-host": [], "cpu-nvrtc": [("n.json", rec)]}
+    assert "1 variants" in make_tables.region_nvrtc(found)
