@@ -90,6 +90,16 @@ def _flags(text: str) -> tuple[str, ...]:
         raise ValueError(f"expected shell-quoted NVRTC flags ({exc})") from None
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ValueError("expected a number of seconds >= 0 (0: do not wait)")
+    return value
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
@@ -127,6 +137,9 @@ KNOBS: dict[str, Knob] = {
              "log level of the 'jitmeta' logger; debug dumps rendered source"),
         Knob("JITMETA_ALLOW_SHARED_CACHE", _parse_bool, False,
              "1: load entries from a cache directory writable by other users"),
+        Knob("JITMETA_LOCK_TIMEOUT", _seconds, 60.0,
+             "seconds to wait for another process compiling the same key "
+             "(0: do not wait)"),
         Knob("JITMETA_MISS_MANIFEST", _path, None,
              "file to append one JSON line per cache miss to (replay it with "
              "'jitmeta-cache warm --manifest FILE')"),

@@ -24,7 +24,7 @@ from jitmeta.cache_tools.bundle import TOP, BundleError, read_bundle
 from jitmeta.cache_tools.cli import main
 from jitmeta.jit import build as jit_build
 from jitmeta.jit.build import build, key_for, stats
-from jitmeta.jit.cache import CUBIN, META, DiskCache
+from jitmeta.jit.cache import CUBIN, META, DiskCache, meta_checksum
 
 
 def _export(capsys, cache: DiskCache, path: Path) -> dict:
@@ -165,6 +165,8 @@ def _tamper(kind: str, members, outside: Path):
         manifest = json.loads(data[f"{TOP}/MANIFEST.json"])
         manifest["entries"][key][CUBIN] = {"sha256": hashlib.sha256(new).hexdigest(),
                                            "bytes": len(new)}
+        # and the manifest's own checksum recomputed: only the entry check is left
+        manifest["manifest_sha256"] = meta_checksum(manifest, "manifest_sha256")
         out = []
         for m, d in members:
             if m.name == cubin:

@@ -457,7 +457,9 @@ def test_read_only_root_hits_load_misses_compile_in_memory_one_warning(tmp_path)
     # tmp_path's parents are private to root: work in a fresh directory under /tmp
     base = Path(tempfile.mkdtemp(prefix="jitmeta-ro-", dir="/tmp"))
     try:
-        os.chmod(base, 0o777)  # reachable by the unprivileged user; the root is below it
+        # reachable by the unprivileged user (the root is below it); sticky like /tmp,
+        # or the cache would refuse a parent anyone may rename things in
+        os.chmod(base, 0o1777)
         script = base / "ro.py"
         script.write_text(_READ_ONLY)
         os.chmod(script, 0o644)
@@ -600,6 +602,7 @@ BAD_VALUES = {
     "JITMETA_LOG": "loud",
     "JITMETA_ALLOW_SHARED_CACHE": "please",
     "JITMETA_MISS_MANIFEST": "  ",
+    "JITMETA_LOCK_TIMEOUT": "-1",
 }
 
 

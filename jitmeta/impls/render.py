@@ -54,9 +54,10 @@ def _bytecode_dir() -> str | None:
     cubin's), else None."""
     if envs.get("JITMETA_DISABLE_DISK_CACHE"):
         return None
-    from ..jit.cache import CacheError, DiskCache, makedirs_private
+    from ..jit.build import cache_for_root
+    from ..jit.cache import CacheError, makedirs_private
 
-    cache = DiskCache(envs.get("JITMETA_CACHE_DIR"))
+    cache = cache_for_root()
     path = cache.jinja_dir
     try:
         makedirs_private(path)

@@ -14,16 +14,17 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from .. import envs
 from ..heuristics.plan import CodeSpec, Plan
 from ..impls.render import kernel_names, render
-from .cache import CacheError, DiskCache, cache_key
+from .cache import CacheError, DiskCache, cache_key, default_lock_dir
 from .compiler import CompileOptions, compile_cubin, cuda_bindings_version
 from .cubin_info import kernel_resources
 
 __all__ = ["Built", "OfflineMissError", "build", "stats", "reset_stats", "warm_command",
-           "key_for", "cache_for_root"]
+           "key_for", "cache_for_root", "default_root"]
 
 log = logging.getLogger("jitmeta")
 
@@ -40,6 +41,10 @@ class Built:
     names: tuple[str, ...]
     meta: dict
     source: str  # "memory", "disk" or "compiled"
+    #: the entry is in the disk cache (published and read back, or loaded from it)
+    stored: bool = False
+    #: why publishing a compiled cubin failed (None: not attempted, or it worked)
+    store_error: str | None = None
 
 
 _lock = threading.Lock()
@@ -75,11 +80,30 @@ def _count(name: str) -> None:
         _stats[name] += 1
 
 
+def default_root() -> Path:
+    """JITMETA_CACHE_DIR, else platformdirs' user cache dir for "jitmeta"."""
+    root = envs.get("JITMETA_CACHE_DIR")
+    if root:
+        return Path(root)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("jitmeta", appauthor=False))
+
+
 def cache_for_root(root=None) -> DiskCache:
-    """One DiskCache object per root (it remembers which warnings it has shown)."""
-    c = DiskCache(root)
+    """One DiskCache object per root and knob setting (it remembers which warnings it
+    has shown); the cache knobs are read here and passed to it explicitly."""
+    root = Path(root) if root is not None else default_root()
+    settings = {"allow_shared": bool(envs.get("JITMETA_ALLOW_SHARED_CACHE")),
+                "lock_timeout": envs.get("JITMETA_LOCK_TIMEOUT"),
+                "max_bytes": envs.get("JITMETA_CACHE_MAX_BYTES"),
+                "lock_dir": default_lock_dir(os.environ.get("XDG_RUNTIME_DIR"))}
+    tag = (str(root), *sorted((k, str(v)) for k, v in settings.items()))
     with _lock:
-        return _caches.setdefault(str(c.root), c)
+        c = _caches.get(tag)
+        if c is None:
+            c = _caches[tag] = DiskCache(root, **settings)
+        return c
 
 
 def key_for(code: CodeSpec) -> tuple[str, str, CompileOptions, tuple[str, ...]]:
@@ -223,7 +247,7 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
         if entry is not None:
             _count("disk_hits")
             log.debug("cache hit %s (%s) in %s", key[:16], code.name, disk.root)
-            return Built(key, code, entry.cubin, names, entry.meta, "disk")
+            return Built(key, code, entry.cubin, names, entry.meta, "disk", stored=True)
         if key in disk.problems:  # a bad entry was found and moved aside
             _count("quarantined")
     _count("misses")
@@ -253,7 +277,7 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
             if lock is not None:
                 lock.release()
             _count("disk_hits")
-            return Built(key, code, entry.cubin, names, entry.meta, "disk")
+            return Built(key, code, entry.cubin, names, entry.meta, "disk", stored=True)
     elif disk is not None:
         disk.warn_once("readonly", f"jitmeta cache {disk.root} is not writable: using its "
                                    "entries, compiling misses into memory only")
@@ -266,25 +290,28 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
         _count("compiles")
         meta = _metadata(code, plan, options, names, result.cubin,
                          time.perf_counter() - t0, result.nvrtc_version)
-        if can_publish:
-            _publish(disk, key, result.cubin, meta, source)
-        return Built(key, code, result.cubin, names, meta, "compiled")
+        error = _publish(disk, key, result.cubin, meta, source) if can_publish else None
+        return Built(key, code, result.cubin, names, meta, "compiled",
+                     stored=can_publish and error is None, store_error=error)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -> None:
-    """Publish, then hold the cache to JITMETA_CACHE_MAX_BYTES (LRU, sparing ``key``)."""
+def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str
+             ) -> str | None:
+    """Publish (the entry is read back before this counts it as stored), then hold
+    the cache to JITMETA_CACHE_MAX_BYTES (LRU, sparing ``key``). Returns None when
+    the entry is in the cache, else why not."""
     try:
         _, won = disk.publish(key, cubin, meta, source)
     except (OSError, CacheError) as exc:
         disk.warn_once("publish", f"jitmeta: could not write to cache {disk.root} "
                                   f"({exc}); keeping cubins in memory")
-        return
+        return f"{type(exc).__name__}: {exc}"
     if not won:
         _count("publish_lost")
-        return
+        return None
     cap = envs.get("JITMETA_CACHE_MAX_BYTES")
     if cap is not None:
         removed = disk.prune(max_bytes=cap, protect=(key,))
@@ -293,6 +320,7 @@ def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -
                 _stats["pruned"] += len(removed)
             log.debug("pruned %d LRU entries of %s to JITMETA_CACHE_MAX_BYTES=%d",
                       len(removed), disk.root, cap)
+    return None
 
 
 def _offline_message(code: CodeSpec, plan: Plan | None, key: str,
