@@ -358,7 +358,7 @@ def cmd_verify(args, out: Out) -> int:
     return EXIT_FAIL if bad or stray or trust else EXIT_OK
 
 
-def _failures(out: Out, what: str, cache: DiskCache, errors: list) -> None:
+def _failures(out: Out, what: str, errors: list) -> None:
     for item, message in errors[:5]:
         out.note(f"{PROG}: {what}: could not remove {item}: {message}")
     if len(errors) > 5:
@@ -380,7 +380,7 @@ def cmd_prune(args, out: Out) -> int:
     result = {"root": str(cache.root), "removed": removed, "bytes_freed": freed,
               "entries": info["entries"], "bytes": info["bytes"],
               "errors": [{"item": i, "error": e} for i, e in errors]}
-    _failures(out, "prune", cache, errors)
+    _failures(out, "prune", errors)
 
     def text() -> str:
         if not sizes and not errors:
@@ -411,7 +411,7 @@ def cmd_clear(args, out: Out) -> int:
             return EXIT_FAIL
     errors: list = []
     n = cache.clear(errors=errors)
-    _failures(out, "clear", cache, errors)
+    _failures(out, "clear", errors)
     left = cache.info()
     result = {"root": str(cache.root), "removed": n, "entries": left["entries"],
               "errors": [{"item": i, "error": e} for i, e in errors]}

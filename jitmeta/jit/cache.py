@@ -268,7 +268,8 @@ def verify_entry(key: str, files: Mapping[str, bytes], *, deep: bool = False,
     if cubin is None:
         return "cubin file missing", meta
     if meta.get("cubin_bytes") != len(cubin):
-        return f"cubin has {len(cubin)} bytes, metadata says {meta.get('cubin_bytes')}", meta
+        return (f"cubin has {len(cubin)} bytes, metadata says {meta.get('cubin_bytes')}",
+                meta)
     if meta.get("cubin_sha256") != _sha256(cubin):
         return "cubin checksum mismatch", meta
     if not cubin.startswith(b"\x7fELF"):
@@ -406,8 +407,8 @@ def _tree_bytes_at(dir_fd: int, name: str) -> int:
 
 
 def _listdir(fd: int) -> list[str]:
-    """Names in the directory open as ``fd`` (a dup is listed: listdir closes nothing
-    of ours, but scandir on an fd rewinds it)."""
+    """Sorted names in the directory open as ``fd`` (listdir reads a duplicate of the
+    descriptor; ``fd`` stays open and usable)."""
     return sorted(os.listdir(fd))
 
 
@@ -618,7 +619,8 @@ class DiskCache:
                     hops += 1
                     if hops > _MAX_SYMLINKS:
                         raise OSError(errno.ELOOP, "too many symbolic links", path)
-                    if trust and not self.allow_shared and st.st_uid not in (os.getuid(), 0):
+                    mine = st.st_uid in (os.getuid(), 0)
+                    if trust and not self.allow_shared and not mine:
                         self._refuse(here, f"is a symbolic link owned by uid {st.st_uid}")
                     target = os.readlink(name, dir_fd=fd)
                     todo.extend(p for p in reversed(target.split("/")) if p)
@@ -690,18 +692,28 @@ class DiskCache:
         could redirect this process's writes.
 
         Every directory from ``/`` to the root (owned by this user or root, not
-        writable by others unless sticky), and below it ``v1``, ``entries``, the shard
-        and the entry (owned by this user or root, not writable by others, no
-        symbolic link). Missing directories pass (nothing is there to load).
+        writable by others unless sticky), and below it ``v1``, ``tmp``,
+        ``quarantine``, ``jinja``, ``entries``, the shard and the entry (owned by this
+        user or root, not writable by others, no symbolic link). Missing directories
+        pass (nothing is there to load).
         """
-        names = ["entries"] + ([key[:2], key] if key is not None else [])
         try:
             fds = [self._open_root(False, True)]
         except (FileNotFoundError, NotADirectoryError):
             return  # nothing there to load; writes will fail with the path
         try:
-            shown = self.root
-            for name in (f"v{SCHEMA_VERSION}", *names):
+            try:
+                fds.append(self._open_sub(fds[0], f"v{SCHEMA_VERSION}", self.base, False,
+                                          True))
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            for sub in ("tmp", "quarantine", "jinja"):
+                try:
+                    os.close(self._open_sub(fds[1], sub, self.base / sub, False, True))
+                except (FileNotFoundError, NotADirectoryError):
+                    pass
+            shown = self.base
+            for name in ["entries"] + ([key[:2], key] if key is not None else []):
                 shown = shown / name
                 try:
                     fds.append(self._open_sub(fds[-1], name, shown, False, True))
@@ -773,14 +785,12 @@ class DiskCache:
         if not _KEY_RE.match(key):
             raise ValueError(f"cache key {key!r} is not 64 lowercase hex digits")
         with self._dirs("entries", key[:2], trust=trust) as (_b, _e, shard):
-            try:
-                efd = self._open_sub(shard, key, self.entry_dir(key), False, trust)
-            except NotADirectoryError:
+            st = os.stat(key, dir_fd=shard, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):  # a bad entry (quarantined as a link), not a
+                return "entry is a symbolic link", {}, {}  # reason to stop loading
+            if not stat.S_ISDIR(st.st_mode):
                 return "entry is not a directory", {}, {}
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    return "entry is a symbolic link", {}, {}
-                raise
+            efd = self._open_sub(shard, key, self.entry_dir(key), False, trust)
             try:
                 return self._read_entry(efd, key, deep)
             finally:
