@@ -39,6 +39,7 @@ MALFORMED = {
     "JITMETA_LOG": ("verbose", "debug"),
     "JITMETA_ALLOW_SHARED_CACHE": ("perhaps", "0/1"),
     "JITMETA_MISS_MANIFEST": ("  ", "path"),
+    "JITMETA_LOCK_TIMEOUT": ("-1", "seconds"),
 }
 
 # More malformed values: (name, value)
@@ -75,7 +76,7 @@ GOOD = [
 SPEC_TABLE = {"JITMETA_CACHE_DIR", "JITMETA_CACHE_MAX_BYTES", "JITMETA_OFFLINE",
               "JITMETA_DISABLE_DISK_CACHE", "JITMETA_VARIANT", "JITMETA_THREADS",
               "JITMETA_CHUNK", "JITMETA_SMEM_BUDGET", "JITMETA_ARCH", "JITMETA_NVRTC_FLAGS",
-              "JITMETA_CHECK_INPUTS", "JITMETA_LOG"}
+              "JITMETA_CHECK_INPUTS", "JITMETA_LOG", "JITMETA_LOCK_TIMEOUT"}
 
 
 @pytest.fixture
