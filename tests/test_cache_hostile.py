@@ -148,6 +148,17 @@ def test_finding01_clear_and_prune_refuse_a_root_of_another_user_with_symlinked_
     assert snapshot(victim) == before, "the victim directory was changed"
 
 
+@needs_root_and_nobody
+def test_finding01_import_refuses_a_root_of_another_user(populated_cache, tmp_path, capsys):
+    bundle = tmp_path / "b.tgz"
+    assert run(capsys, "export", str(bundle))[0] == 0
+    evil = tmp_path / "evil"
+    os.close(nobody_dir(evil))
+    code, _, err = run(capsys, "--cache-dir", str(evil), "import", str(bundle))
+    assert code == 1 and "owned by uid 65534" in err
+    assert list(evil.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune", "--older-than", "0"]])
 @pytest.mark.parametrize("link", ["tmp", "quarantine", "jinja"])
 def test_finding01_own_root_with_a_symlinked_subdirectory_is_refused_not_followed(
