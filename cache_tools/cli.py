@@ -151,9 +151,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def _cache() -> DiskCache:
     from jitmeta.jit.build import cache_for_root
 
-    knobs = envs.snapshot()
-    return cache_for_root(knobs.cache_dir, allow_shared=knobs.allow_shared_cache,
-                          lock_timeout=knobs.lock_timeout)
+    return cache_for_root(None, envs.snapshot())
 
 
 # --- subcommands --------------------------------------------------------------------
@@ -321,54 +319,85 @@ def cmd_verify(args, out: Out) -> int:
         cache.check_trusted()
     except CacheError as exc:
         trust = str(exc)
-    checked, bad = 0, []
-    for key in list(cache.keys()):
-        try:
-            problem, _, _ = cache.check(key, deep=True)
-        except FileNotFoundError:
-            continue  # removed meanwhile
-        checked += 1
-        if problem:
-            moved = cache.quarantine(key, problem)
-            bad.append({"key": key, "reason": problem,
-                        "quarantined_to": str(moved) if moved else None})
+    checked, bad, stray = 0, [], []
+    if trust is None:  # an untrusted root is neither read nor changed
+        for key in list(cache.keys()):
+            try:
+                problem, _, _ = cache.check(key, deep=True)
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            except CacheError as exc:  # this entry's own directory is not trusted
+                problem = str(exc)
+            checked += 1
+            if problem:
+                moved = cache.quarantine(key, problem)
+                bad.append({"key": key, "reason": problem,
+                            "quarantined_to": str(moved) if moved else None})
+        for item in cache.stray():
+            moved = cache.quarantine_stray(item, "not a cache entry")
+            stray.append({"item": f"entries/{item}",
+                          "quarantined_to": str(moved) if moved else None})
     result = {"root": str(cache.root), "checked": checked, "ok": checked - len(bad),
-              "bad": bad, "trusted": trust is None, "trust_problem": trust}
+              "bad": bad, "stray": stray, "trusted": trust is None,
+              "trust_problem": trust}
 
     def text() -> str:
         lines = [f"BAD {b['key'][:16]}: {b['reason']}"
                  + (f" -> {b['quarantined_to']}" if b["quarantined_to"] else
                     " (could not move it aside)") for b in bad]
+        lines += [f"STRAY {s['item']}: not a cache entry"
+                  + (f" -> {s['quarantined_to']}" if s["quarantined_to"] else
+                     " (could not move it aside; remove it)") for s in stray]
         if trust:
-            lines.append(trust)
+            lines.append(trust + "; nothing was checked")
         lines.append(f"{checked} entries checked, {checked - len(bad)} ok, {len(bad)} bad"
-                     f" ({cache.root})")
+                     + (f", {len(stray)} stray items" if stray else "")
+                     + f" ({cache.root})")
         return "\n".join(lines)
 
     out.emit(result, text)
-    return EXIT_FAIL if bad or trust else EXIT_OK
+    return EXIT_FAIL if bad or stray or trust else EXIT_OK
+
+
+def _failures(out: Out, what: str, errors: list) -> None:
+    for item, message in errors[:5]:
+        out.note(f"{PROG}: {what}: could not remove {item}: {message}")
+    if len(errors) > 5:
+        out.note(f"{PROG}: {what}: ... and {len(errors) - 5} more")
 
 
 def cmd_prune(args, out: Out) -> int:
     if args.max_bytes is None and args.older_than is None:
         raise UsageError("give --max-bytes N and/or --older-than DAYS")
     cache = _cache()
+    cache.check_trusted()
     sizes = {k: cache.entry_bytes(k) for k in cache.keys()}
+    errors: list = []
     removed = cache.prune(max_bytes=args.max_bytes,
                           older_than_s=None if args.older_than is None
-                          else args.older_than * 86400.0)
+                          else args.older_than * 86400.0, errors=errors)
     freed = sum(sizes.get(k, 0) for k in removed)
     info = cache.info()
     result = {"root": str(cache.root), "removed": removed, "bytes_freed": freed,
-              "entries": info["entries"], "bytes": info["bytes"]}
-    out.emit(result, lambda: f"removed {len(removed)} entries ({_human_bytes(freed)}); "
-                             f"{info['entries']} entries, {_human_bytes(info['bytes'])} left "
-                             f"in {cache.root}")
-    return EXIT_OK
+              "entries": info["entries"], "bytes": info["bytes"],
+              "errors": [{"item": i, "error": e} for i, e in errors]}
+    _failures(out, "prune", errors)
+
+    def text() -> str:
+        if not sizes and not errors:
+            return f"nothing to prune: no entries in {cache.root}"
+        return (f"removed {len(removed)} entries ({_human_bytes(freed)}); "
+                f"{info['entries']} entries, {_human_bytes(info['bytes'])} left in "
+                f"{cache.root}" + (f"; {len(errors)} could not be removed (read-only?)"
+                                   if errors else ""))
+
+    out.emit(result, text)
+    return EXIT_FAIL if errors else EXIT_OK
 
 
 def cmd_clear(args, out: Out) -> int:
     cache = _cache()
+    cache.check_trusted()
     info = cache.info()
     if not args.yes:
         if not sys.stdin.isatty():
@@ -381,18 +410,31 @@ def cmd_clear(args, out: Out) -> int:
         if answer not in ("y", "yes"):
             out.note("aborted; nothing removed")
             return EXIT_FAIL
-    n = cache.clear()
-    out.emit({"root": str(cache.root), "removed": n},
-             f"removed {n} entries and the quarantine from {cache.root}")
-    return EXIT_OK
+    errors: list = []
+    n = cache.clear(errors=errors)
+    _failures(out, "clear", errors)
+    left = cache.info()
+    result = {"root": str(cache.root), "removed": n, "entries": left["entries"],
+              "errors": [{"item": i, "error": e} for i, e in errors]}
+    if errors:
+        text = (f"removed {n} entries from {cache.root}, but {len(errors)} items could not "
+                f"be removed ({left['entries']} entries left; is it read-only?)")
+    elif not info["entries"] and not info["quarantined"] and not info["tmp"]:
+        text = f"nothing to clear: {cache.root} holds no entries"
+    else:
+        text = f"removed {n} entries and the quarantine from {cache.root}"
+    out.emit(result, text)
+    return EXIT_FAIL if errors else EXIT_OK
 
 
 def cmd_export(args, out: Out) -> int:
-    from .bundle import export_bundle
+    from .bundle import BundleError, export_bundle
 
     cache = _cache()
-    cache.check_trusted()
-    result = export_bundle(cache, args.file, archs=args.arch)
+    try:
+        result = export_bundle(cache, args.file, archs=args.arch)
+    except BundleError as exc:  # nothing to export: say so, write nothing, exit 1
+        raise CacheError(str(exc)) from None
     for s in result["skipped"]:
         out.note(f"warning: left out bad entry {s['key'][:16]} ({s['reason']})")
     out.emit(result, lambda: f"exported {len(result['entries'])} entries "

@@ -19,6 +19,7 @@ from .heuristics.plan import Plan
 from .jit import build as jit_build
 from .jit import runtime, workspace
 from .jit.runtime import CaptureCompileError
+from .kernels.paged_mqa import describe_plan
 from .reference import reference_schedule
 from .validate import check_values, validate
 
@@ -87,7 +88,8 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
                 f"cubin alone, no GPU needed: {fam.warm_command(p, knobs)})")
         root = disk.root if disk is not None else None
         built = jit_build.build(src, knobs, cache=disk, example=p.to_dict(),
-                                hint=fam.warm_command(p, knobs, cache_dir=root))
+                                hint=fam.warm_command(p, knobs, cache_dir=root),
+                                what=describe_plan(p))
         mod = runtime.load_module(device, built.key, built.cubin, built.names,
                                   fam.max_dynamic_smem(p, device_limits(device)))
     call = fam.call(device, p, mod.functions[src.kernels[0]])

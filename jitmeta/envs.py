@@ -174,12 +174,12 @@ KNOBS: dict[str, Knob] = {
              "log level of the 'jitmeta' logger; debug dumps rendered source"),
         Knob("JITMETA_ALLOW_SHARED_CACHE", _parse_bool, False,
              "1: load entries from a cache directory writable by other users"),
+        Knob("JITMETA_LOCK_TIMEOUT", _seconds, 60.0,
+             "seconds to wait for another process compiling the same key "
+             "(0: do not wait)"),
         Knob("JITMETA_MISS_MANIFEST", _path, None,
              "file to append one JSON line per cache miss to (replay it with "
              "'jitmeta-cache warm --manifest FILE')"),
-        Knob("JITMETA_LOCK_TIMEOUT", _seconds, 60.0,
-             "seconds to wait for another process compiling the same cubin (0: do not "
-             "wait), then compile anyway"),
     )
 }
 

@@ -173,9 +173,14 @@ def _build_all(todo: list, jobs: int, cache, knobs: envs.Knobs, progress, after=
                     key = code.name
                 result.failed.append((key, f"{type(exc).__name__}: {exc}"))
             else:
-                result.plans[built.key] = p
-                (result.compiled if built.source == "compiled" else result.cached).append(
-                    built.key)
+                if built.store_error is not None:
+                    # compiled, but the entry did not land in the disk cache
+                    result.failed.append((built.key, "compiled but not stored in the "
+                                                     f"cache: {built.store_error}"))
+                else:
+                    result.plans[built.key] = p
+                    (result.compiled if built.source == "compiled" else
+                     result.cached).append(built.key)
             done += 1
             if progress is not None:
                 progress(done, len(todo))

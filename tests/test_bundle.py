@@ -23,8 +23,9 @@ from jitmeta import envs
 from jitmeta.cache_tools.bundle import TOP, BundleError, read_bundle
 from jitmeta.cache_tools.cli import main
 from jitmeta.jit import build as jit_build
-from jitmeta.jit.build import build, key_for, stats
-from jitmeta.jit.cache import CUBIN, META, DiskCache
+from jitmeta.jit.build import stats
+from jit_support import build, key_for
+from jitmeta.jit.cache import CUBIN, META, DiskCache, meta_checksum
 
 
 def _export(capsys, cache: DiskCache, path: Path) -> dict:
@@ -165,6 +166,8 @@ def _tamper(kind: str, members, outside: Path):
         manifest = json.loads(data[f"{TOP}/MANIFEST.json"])
         manifest["entries"][key][CUBIN] = {"sha256": hashlib.sha256(new).hexdigest(),
                                            "bytes": len(new)}
+        # and the manifest's own checksum recomputed: only the entry check is left
+        manifest["manifest_sha256"] = meta_checksum(manifest, "manifest_sha256")
         out = []
         for m, d in members:
             if m.name == cubin:
@@ -256,7 +259,7 @@ def test_cpu_made_bundle_runs_offline_on_the_gpu_bit_exact(tmp_path, capsys, rng
     if not bundle:
         src = tmp_path / "made-here"
         from jitmeta.heuristics.arch import limits_from_device
-        from jitmeta.heuristics.plan import plan
+        from jitmeta.kernels import plan
 
         lim = limits_from_device(torch.cuda.current_device())
         with envs.override(JITMETA_CACHE_DIR=str(src)):

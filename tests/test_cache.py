@@ -24,9 +24,10 @@ import pytest
 
 from jitmeta import envs
 from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.heuristics.plan import plan
+from jitmeta.kernels import plan
 from jitmeta.jit import build as jit_build
-from jitmeta.jit.build import OfflineMissError, build, key_for, stats, warm_command
+from jitmeta.jit.build import OfflineMissError, stats
+from jit_support import build, key_for, warm_command
 from jitmeta.jit.cache import (CUBIN, META, SOURCE, STAMP, CacheError, DiskCache,
                                cache_key)
 
@@ -416,13 +417,16 @@ import json, logging, os, sys
 root = sys.argv[1]
 os.environ["JITMETA_CACHE_DIR"] = root
 from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.heuristics.plan import plan
+from jitmeta import envs, kernels
+from jitmeta.kernels import plan
 from jitmeta.jit import build as jb
 lim = limits_for_arch("sm_90", 132)
+def build(code):
+    return jb.build(kernels.source(code), envs.snapshot())
 cached = [plan(b, 1, False, 132, 256, "smxx", lim).code for b in (100, 2000)]
 missing = [plan(b, 1, True, 132, 256, "smxx", lim).code for b in (100, 2000)]
 for c in cached:
-    jb.build(c)
+    build(c)
 # make the whole tree read-only; as its (non-root) owner that stops our writes
 for d, dirs, files in os.walk(root):
     for f in files:
@@ -436,7 +440,7 @@ warnings = []
 class H(logging.Handler):
     def emit(self, r): warnings.append(r.getMessage())
 logging.getLogger("jitmeta").addHandler(H())
-sources = [jb.build(c).source for c in cached + missing + missing]
+sources = [build(c).source for c in cached + missing + missing]
 after = sorted((p, os.stat(os.path.join(d, p)).st_mtime_ns)
                for d, _, fs in os.walk(root) for p in fs)
 print(json.dumps({"uid": os.getuid(), "stats": jb.stats(), "sources": sources,
@@ -457,7 +461,9 @@ def test_read_only_root_hits_load_misses_compile_in_memory_one_warning(tmp_path)
     # tmp_path's parents are private to root: work in a fresh directory under /tmp
     base = Path(tempfile.mkdtemp(prefix="jitmeta-ro-", dir="/tmp"))
     try:
-        os.chmod(base, 0o777)  # reachable by the unprivileged user; the root is below it
+        # reachable by the unprivileged user (the root is below it); sticky like /tmp,
+        # or the cache would refuse a parent anyone may rename things in
+        os.chmod(base, 0o1777)
         script = base / "ro.py"
         script.write_text(_READ_ONLY)
         os.chmod(script, 0o644)
@@ -600,6 +606,7 @@ BAD_VALUES = {
     "JITMETA_LOG": "loud",
     "JITMETA_ALLOW_SHARED_CACHE": "please",
     "JITMETA_MISS_MANIFEST": "  ",
+    "JITMETA_LOCK_TIMEOUT": "-1",
 }
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from jitmeta import envs
 from jitmeta.cache_tools.cli import main
-from jitmeta.jit.build import key_for
+from jit_support import key_for
 from jitmeta.jit.cache import CUBIN, DiskCache
 
 SUBCOMMANDS = ["warm", "ls", "info", "verify", "prune", "clear", "export", "import", "plan"]
@@ -124,8 +124,12 @@ def test_usage_errors_exit_2(cache_dir, capsys, argv):
 
 def test_read_only_commands_create_nothing(cache_dir, tmp_path, capsys):
     for argv in (["info"], ["ls"], ["verify"], ["prune", "--older-than", "1"],
-                 ["export", str(tmp_path / "empty.tgz")]):
+                 ["clear", "--yes"]):
         assert run_cli(capsys, *argv)[0] == 0, argv
+    # exporting nothing is a failure that says so, and writes no bundle
+    code, _, err = run_cli(capsys, "export", str(tmp_path / "empty.tgz"))
+    assert code == 1 and "no valid entries" in err and "nothing written" in err
+    assert not (tmp_path / "empty.tgz").exists()
     assert not cache_dir.exists()
     try:
         import torch

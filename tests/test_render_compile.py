@@ -158,6 +158,8 @@ def _cubin(code: CodeSpec) -> bytes:
     return _cubins[code]
 
 
+# An ELF reader independent of jitmeta.jit.cubin_info on purpose: the package's reader
+# is what is under test, so the tests do not reuse it.
 def _elf_sections(blob: bytes) -> list[str]:
     shoff, = struct.unpack_from("<Q", blob, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)

@@ -20,7 +20,7 @@ Variants (identical output):
 
 What differs between kernel families that share this tile-scan design (the size of a
 scan summary, of a block's workspace slot) comes in as a :class:`TileLayout`; the
-shared-memory formulas below are checked against the kernels by ``static_assert``\ s
+shared-memory formulas below are checked against the kernels by ``static_assert`` checks
 rendered into every source (see ``jitmeta/kernels``).
 """
 

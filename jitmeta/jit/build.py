@@ -16,16 +16,17 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..envs import Knobs
-from .cache import CacheError, DiskCache, cache_key
+from .cache import CacheError, DiskCache, cache_key, default_lock_dir
 from .compiler import CompileOptions, compile_cubin, cuda_bindings_version
 from .cubin_info import kernel_resources
 from .render import render
 from .source import KernelSource
 
 __all__ = ["Built", "OfflineMissError", "build", "stats", "reset_stats", "key_for",
-           "cache_for", "cache_for_root", "options_for", "bytecode_dir"]
+           "cache_for", "cache_for_root", "default_root", "options_for", "bytecode_dir"]
 
 log = logging.getLogger("jitmeta")
 
@@ -42,6 +43,10 @@ class Built:
     names: tuple[str, ...]
     meta: dict
     source: str  # where it came from: "memory", "disk" or "compiled"
+    #: the entry is in the disk cache (published and read back, or loaded from it)
+    stored: bool = False
+    #: why publishing a compiled cubin failed (None: not attempted, or it worked)
+    store_error: str | None = None
 
 
 _lock = threading.Lock()
@@ -77,21 +82,43 @@ def _count(name: str) -> None:
         _stats[name] += 1
 
 
-def cache_for_root(root=None, *, allow_shared: bool = False,
-                   lock_timeout: float = 60.0) -> DiskCache:
-    """One DiskCache object per (root, settings): it remembers which warnings it has
-    shown and which entries it found bad."""
-    c = DiskCache(root, allow_shared=allow_shared, lock_timeout=lock_timeout)
+def default_root() -> Path:
+    """platformdirs' user cache dir for "jitmeta" (the root when JITMETA_CACHE_DIR is
+    not set)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("jitmeta", appauthor=False))
+
+
+def cache_for_root(root=None, knobs: Knobs | None = None) -> DiskCache:
+    """One DiskCache object per root and cache settings (it remembers which warnings it
+    has shown and which entries it found bad). ``root`` defaults to the knobs' cache
+    dir, then :func:`default_root`; the settings (trust, lock timeout, size cap) come
+    from ``knobs`` (default: a snapshot now) and are passed to the cache explicitly."""
+    if knobs is None:
+        from ..envs import snapshot
+
+        knobs = snapshot()
+    if root is None:
+        root = knobs.cache_dir
+    root = Path(root) if root is not None else default_root()
+    settings = {"allow_shared": knobs.allow_shared_cache,
+                "lock_timeout": knobs.lock_timeout,
+                "max_bytes": knobs.cache_max_bytes,
+                "lock_dir": default_lock_dir(os.environ.get("XDG_RUNTIME_DIR"))}
+    tag = (str(root), *sorted((k, str(v)) for k, v in settings.items()))
     with _lock:
-        return _caches.setdefault((str(c.root), allow_shared, lock_timeout), c)
+        c = _caches.get(tag)
+        if c is None:
+            c = _caches[tag] = DiskCache(root, **settings)
+        return c
 
 
 def cache_for(knobs: Knobs) -> DiskCache | None:
     """The disk cache the knobs select (None with JITMETA_DISABLE_DISK_CACHE=1)."""
     if knobs.disable_disk_cache:
         return None
-    return cache_for_root(knobs.cache_dir, allow_shared=knobs.allow_shared_cache,
-                          lock_timeout=knobs.lock_timeout)
+    return cache_for_root(None, knobs)
 
 
 def options_for(source: KernelSource, knobs: Knobs) -> CompileOptions:
@@ -202,7 +229,7 @@ def _apply_log_level(knobs: Knobs) -> None:
 
 def build(source: KernelSource, knobs: Knobs, *, cache: DiskCache | None = None,
           offline: bool | None = None, example: dict | None = None,
-          hint: str | None = None) -> Built:
+          hint: str | None = None, what: str | None = None) -> Built:
     """The cubin for ``source``: from memory, the disk cache, or a fresh NVRTC compile.
 
     Parameters
@@ -220,6 +247,8 @@ def build(source: KernelSource, knobs: Knobs, *, cache: DiskCache | None = None,
     hint : str, optional
         How to produce this cubin ahead of time (the ``jitmeta-cache warm`` command);
         quoted by the offline-miss error.
+    what : str, optional
+        The configuration in words, for that error (default: the source's name).
 
     Concurrent callers for one key compile it once: threads through a per-key lock,
     processes through the disk cache's per-key file lock (bounded wait, then compile
@@ -239,12 +268,14 @@ def build(source: KernelSource, knobs: Knobs, *, cache: DiskCache | None = None,
             _count("memory_hits")
             return replace(hit, source="memory")
         built = _build_locked(source, knobs, key, text, options, disk,
-                              knobs.offline if offline is None else offline, example, hint)
+                              knobs.offline if offline is None else offline, example,
+                              hint, what)
         _memory[key] = built
         return built
 
 
-def _build_locked(source, knobs, key, text, options, disk, offline, example, hint) -> Built:
+def _build_locked(source, knobs, key, text, options, disk, offline, example, hint,
+                  what) -> Built:
     _apply_log_level(knobs)
     names = source.kernels
     if disk is not None:
@@ -253,14 +284,14 @@ def _build_locked(source, knobs, key, text, options, disk, offline, example, hin
         if entry is not None:
             _count("disk_hits")
             log.debug("cache hit %s (%s) in %s", key[:16], source.name, disk.root)
-            return Built(key, source, entry.cubin, names, entry.meta, "disk")
+            return Built(key, source, entry.cubin, names, entry.meta, "disk", stored=True)
         if key in disk.problems:  # a bad entry was found and moved aside
             _count("quarantined")
     _count("misses")
     _record_miss(knobs.miss_manifest, source, knobs, key, example, offline)
     if offline:
         _count("offline_misses")
-        raise OfflineMissError(_offline_message(source, key, disk, hint))
+        raise OfflineMissError(_offline_message(source, key, disk, hint, what))
     lock = None
     can_publish = disk is not None and disk.writable()
     if can_publish:
@@ -283,7 +314,7 @@ def _build_locked(source, knobs, key, text, options, disk, offline, example, hin
             if lock is not None:
                 lock.release()
             _count("disk_hits")
-            return Built(key, source, entry.cubin, names, entry.meta, "disk")
+            return Built(key, source, entry.cubin, names, entry.meta, "disk", stored=True)
     elif disk is not None:
         disk.warn_once("readonly", f"jitmeta cache {disk.root} is not writable: using its "
                                    "entries, compiling misses into memory only")
@@ -296,26 +327,28 @@ def _build_locked(source, knobs, key, text, options, disk, offline, example, hin
         _count("compiles")
         meta = _metadata(source, example, options, result.cubin,
                          time.perf_counter() - t0, result.nvrtc_version)
-        if can_publish:
-            _publish(disk, knobs, key, result.cubin, meta, text)
-        return Built(key, source, result.cubin, names, meta, "compiled")
+        error = _publish(disk, knobs, key, result.cubin, meta, text) if can_publish else None
+        return Built(key, source, result.cubin, names, meta, "compiled",
+                     stored=can_publish and error is None, store_error=error)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _publish(disk: DiskCache, knobs: Knobs, key: str, cubin: bytes, meta: dict,
-             text: str) -> None:
-    """Publish, then hold the cache to JITMETA_CACHE_MAX_BYTES (LRU, sparing ``key``)."""
+             text: str) -> str | None:
+    """Publish (the entry is read back before it counts as stored), then hold the cache
+    to JITMETA_CACHE_MAX_BYTES (LRU, sparing ``key``). Returns None when the entry is
+    in the cache, else why not."""
     try:
         _, won = disk.publish(key, cubin, meta, text)
     except (OSError, CacheError) as exc:
         disk.warn_once("publish", f"jitmeta: could not write to cache {disk.root} "
                                   f"({exc}); keeping cubins in memory")
-        return
+        return f"{type(exc).__name__}: {exc}"
     if not won:
         _count("publish_lost")
-        return
+        return None
     cap = knobs.cache_max_bytes
     if cap is not None:
         removed = disk.prune(max_bytes=cap, protect=(key,))
@@ -324,10 +357,11 @@ def _publish(disk: DiskCache, knobs: Knobs, key: str, cubin: bytes, meta: dict,
                 _stats["pruned"] += len(removed)
             log.debug("pruned %d LRU entries of %s to JITMETA_CACHE_MAX_BYTES=%d",
                       len(removed), disk.root, cap)
+    return None
 
 
 def _offline_message(source: KernelSource, key: str, disk: DiskCache | None,
-                     hint: str | None) -> str:
+                     hint: str | None, what: str | None) -> str:
     if disk is None:
         where = "memory (JITMETA_DISABLE_DISK_CACHE=1 leaves no disk cache to read)"
     else:
@@ -336,7 +370,7 @@ def _offline_message(source: KernelSource, key: str, disk: DiskCache | None,
         if problem:
             where += f" (its entry was bad: {problem}; it was quarantined)"
     cmd = hint or f"jitmeta-cache warm ... (the configuration {source.name})"
-    return (f"JITMETA_OFFLINE=1 and no cubin for {source.name}, key {key[:16]}, is in "
+    return (f"JITMETA_OFFLINE=1 and no cubin for {what or source.name}, key {key[:16]}, is in "
             f"{where}. Produce it ahead of time (no GPU needed) with:\n    {cmd}\n"
             "then ship the cache (jitmeta-cache export/import), or unset JITMETA_OFFLINE "
             "to compile at run time. Set JITMETA_MISS_MANIFEST=FILE to record every miss "

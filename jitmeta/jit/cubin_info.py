@@ -9,28 +9,58 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["kernel_resources"]
+__all__ = ["kernel_resources", "elf_header", "section_names", "EM_CUDA"]
+
+#: e_machine of a CUDA cubin
+EM_CUDA = 190
 
 
 _EIATTR_REGCOUNT = 0x2F
 _EIFMT_SVAL, _EIFMT_HVAL, _EIFMT_BVAL, _EIFMT_NVAL = 4, 3, 2, 1
 
 
+def elf_header(blob: bytes) -> dict[str, int]:
+    """``{"machine", "abi_version", "flags"}`` of an ELF64 little-endian file.
+
+    Raises ValueError for anything else (too short, wrong magic, 32-bit, big-endian).
+    """
+    if len(blob) < 64 or blob[:4] != b"\x7fELF":
+        raise ValueError("not an ELF file")
+    if blob[4] != 2 or blob[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file")
+    machine, = struct.unpack_from("<H", blob, 0x12)
+    flags, = struct.unpack_from("<I", blob, 0x30)
+    return {"machine": machine, "abi_version": blob[8], "flags": flags}
+
+
 def _sections(blob: bytes) -> dict[str, tuple[int, int, int]]:
-    """name -> (sh_size, sh_info, sh_offset) for every section of an ELF64 file."""
-    if blob[:4] != b"\x7fELF" or blob[4] != 2 or blob[5] != 1:
-        raise ValueError("not an ELF64 little-endian cubin")
-    shoff, = struct.unpack_from("<Q", blob, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", blob, shoff + i * shentsize)
-               for i in range(shnum)]
-    strtab_off, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
-    strtab = blob[strtab_off:strtab_off + strtab_size]
-    out = {}
-    for h in headers:
-        end = strtab.index(b"\x00", h[0])
-        out[strtab[h[0]:end].decode()] = (h[5], h[7], h[4])
-    return out
+    """name -> (sh_size, sh_info, sh_offset) for every section of an ELF64 file.
+
+    The bytes may come from anywhere (a damaged cache entry, a bundle): any
+    inconsistency is a ValueError, never an IndexError or struct.error.
+    """
+    elf_header(blob)
+    try:
+        shoff, = struct.unpack_from("<Q", blob, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+        if shentsize < 64 or shstrndx >= shnum:
+            raise ValueError("bad section header table")
+        headers = [struct.unpack_from("<IIQQQQIIQQ", blob, shoff + i * shentsize)
+                   for i in range(shnum)]
+        strtab_off, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
+        strtab = blob[strtab_off:strtab_off + strtab_size]
+        out = {}
+        for h in headers:
+            end = strtab.index(b"\x00", h[0])
+            out[strtab[h[0]:end].decode()] = (h[5], h[7], h[4])
+        return out
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
+        raise ValueError(f"malformed ELF section table ({exc})") from None
+
+
+def section_names(blob: bytes) -> set[str]:
+    """The section names of an ELF64 file (ValueError when it is not a sound one)."""
+    return set(_sections(blob))
 
 
 def _regcounts(blob: bytes, info: tuple[int, int, int]) -> dict[int, int]:

@@ -74,7 +74,7 @@ class TileScheduleFamily:
 
     def source(self, code: CodeSpec) -> KernelSource:
         """The cubin inputs of ``code``. Besides what shapes the kernel, the parameters
-        carry the numbers the planner assumed about it; the stub ``static_assert``\\ s
+        carry the numbers the planner assumed about it; the stub checks
         them, so a mismatch fails to compile instead of computing garbage."""
         lay = self.layout(code.schedule, code.varlen)
         params = {
