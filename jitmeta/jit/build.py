@@ -19,7 +19,8 @@ from .. import envs
 from ..heuristics.plan import CodeSpec, Plan
 from ..impls.render import kernel_names, render
 from .cache import CacheError, DiskCache, cache_key
-from .compiler import CompileOptions, compile_cubin, cuda_bindings_version
+from .compiler import (CompileOptions, NvrtcUnavailableError, compile_cubin,
+                       cuda_bindings_version)
 from .cubin_info import kernel_resources
 
 __all__ = ["Built", "OfflineMissError", "build", "stats", "reset_stats", "warm_command",
@@ -262,7 +263,11 @@ def _build_locked(code, plan, key, source, options, names, cache, offline) -> Bu
             log.debug("compiling %s (key %s); rendered source:\n%s", code.name, key[:16],
                       source)
         t0 = time.perf_counter()
-        result = compile_cubin(source, options, name=f"{code.name}.cu")
+        try:
+            result = compile_cubin(source, options, name=f"{code.name}.cu")
+        except NvrtcUnavailableError as exc:
+            raise NvrtcUnavailableError(_no_nvrtc_message(code, plan, key, disk, exc)) \
+                from exc
         _count("compiles")
         meta = _metadata(code, plan, options, names, result.cubin,
                          time.perf_counter() - t0, result.nvrtc_version)
@@ -295,14 +300,30 @@ def _publish(disk: DiskCache, key: str, cubin: bytes, meta: dict, source: str) -
                       len(removed), disk.root, cap)
 
 
-def _offline_message(code: CodeSpec, plan: Plan | None, key: str,
-                     disk: DiskCache | None) -> str:
+def _describe(code: CodeSpec, plan: Plan | None) -> str:
     if plan is not None:
-        what = (f"{code.name} (batch {plan.batch}, next_n {plan.next_n}, "
+        return (f"{code.name} (batch {plan.batch}, next_n {plan.next_n}, "
                 f"{'varlen' if code.varlen else 'non-varlen'}, {plan.num_sms} SMs, "
                 f"format {code.schedule}, split_kv {code.split_kv}, {code.arch})")
-    else:
-        what = code.name
+    return code.name
+
+
+def _no_nvrtc_message(code: CodeSpec, plan: Plan | None, key: str,
+                      disk: DiskCache | None, exc: Exception) -> str:
+    """A cache miss where NVRTC cannot be loaded: same remedy as an offline miss."""
+    where = f"the cache at {disk.root}" if disk is not None else "memory"
+    root = disk.root if disk is not None else None
+    cmd = warm_command(plan, cache_dir=root) if plan is not None else \
+        _code_command(code, cache_dir=root)
+    return (f"no cubin for {_describe(code, plan)}, key {key[:16]}, is in {where}, and it "
+            f"cannot be compiled here: {exc}\nProduce it ahead of time on a machine with "
+            f"NVRTC (no GPU needed) with:\n    {cmd}\nthen ship the cache "
+            "(jitmeta-cache export/import).")
+
+
+def _offline_message(code: CodeSpec, plan: Plan | None, key: str,
+                     disk: DiskCache | None) -> str:
+    what = _describe(code, plan)
     if disk is None:
         where = "memory (JITMETA_DISABLE_DISK_CACHE=1 leaves no disk cache to read)"
     else:
