@@ -2,44 +2,63 @@
 
 A drop-in for ``deep_gemm.get_paged_mqa_logits_metadata``: Jinja2 templates -> CUDA
 source per configuration -> NVRTC -> cubin -> on-disk cache -> launch on PyTorch's
-current stream. Importing jitmeta creates no directory, loads no CUDA library and
-configures no logging.
+current stream. Importing jitmeta creates no directory, loads no CUDA library,
+configures no logging and imports torch only when it is needed: the public names
+below are resolved on first access (so ``jitmeta-cache --help`` stays fast). When torch
+is already imported, ``import jitmeta`` registers the ``torch.ops.jitmeta.*`` custom
+ops right away; otherwise the first use of the API (or ``import jitmeta.ops``) does.
 """
 
-from . import envs
-from . import ops  # registers torch.ops.jitmeta.* (no other import-time effect)
-from .api import CaptureCompileError, InputValueError, get_paged_mqa_logits_metadata
-from .heuristics import DeviceLimits, Plan, PlanError, limits_for_arch
-from .heuristics import plan as _plan_fn
-from .jit.build import OfflineMissError, stats
-from .reference import reference_schedule
-from .warm import warm
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+import sys as _sys
+
+from ._version import __version__
+
+# public name -> (submodule, attribute); resolved by __getattr__ on first access
+_LAZY = {
+    "get_paged_mqa_logits_metadata": (".api", "get_paged_mqa_logits_metadata"),
+    "CaptureCompileError": (".api", "CaptureCompileError"),
+    "InputValueError": (".api", "InputValueError"),
+    "DeviceLimits": (".heuristics", "DeviceLimits"),
+    "Plan": (".heuristics", "Plan"),
+    "PlanError": (".heuristics", "PlanError"),
+    "limits_for_arch": (".heuristics", "limits_for_arch"),
+    "OfflineMissError": (".jit.build", "OfflineMissError"),
+    "stats": (".jit.build", "stats"),
+    "CompileError": (".jit.compiler", "CompileError"),
+    "NvrtcUnavailableError": (".jit.compiler", "NvrtcUnavailableError"),
+    "reference_schedule": (".reference", "reference_schedule"),
+    "warm": (".warm", "warm"),
+    "plan": ("._plan", "plan"),
+}
+_SUBMODULES = ("envs", "ops")
 
 __all__ = ["get_paged_mqa_logits_metadata", "plan", "reference_schedule", "warm", "envs",
            "ops", "stats", "Plan", "PlanError", "DeviceLimits", "limits_for_arch",
-           "OfflineMissError", "InputValueError", "CaptureCompileError", "__version__"]
+           "OfflineMissError", "InputValueError", "CaptureCompileError", "CompileError",
+           "NvrtcUnavailableError", "__version__"]
 
 
-def plan(batch: int, next_n: int = 1, varlen: bool = False, num_sms: int | None = None,
-         split_kv: int = 256, schedule: str = "smxx", *, arch: str | None = None,
-         device: int | None = None) -> Plan:
-    """The variant decision for a shape, with the numbers behind it.
-
-    Limits come from ``arch`` (a named arch table, no GPU needed) or CUDA ``device``
-    (default: the current device when one is present, else ``sm_90``).
-    """
-    if arch is not None:
-        limits = limits_for_arch(arch, num_sms)
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        module = importlib.import_module(f".{name}", __name__)
+    elif name in _LAZY:
+        where, attr = _LAZY[name]
+        module = getattr(importlib.import_module(where, __name__), attr)
     else:
-        import torch
+        raise AttributeError(f"module 'jitmeta' has no attribute {name!r}")
+    globals()[name] = module
+    return module
 
-        if device is None and not torch.cuda.is_available():
-            limits = limits_for_arch("sm_90", num_sms)
-        else:
-            from .api import device_limits
 
-            limits = device_limits(torch.cuda.current_device() if device is None else device)
-    return _plan_fn(batch, next_n, varlen, num_sms or limits.sm_count, split_kv, schedule,
-                    limits)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+# An application that has torch loaded gets torch.ops.jitmeta.* registered by
+# `import jitmeta` itself (what torch.compile users rely on); without torch (the CLI,
+# tools) nothing heavy is imported until a public name is used.
+if "torch" in _sys.modules:
+    from . import ops  # noqa: E402,F401

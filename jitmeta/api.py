@@ -632,3 +632,8 @@ def _check_in_call(launcher: Launcher, c, indices) -> None:
         return
     ctx2 = c.view(-1, 1) if c.dim() == 1 else c
     check_values(ctx2, indices, launcher.plan.code.split_kv)
+
+
+# Registering the torch.ops.jitmeta.* custom ops goes with the API (jitmeta's package
+# __init__ is lazy, so `from jitmeta import api` must not leave them unregistered).
+from . import ops as _ops  # noqa: E402,F401 - import for its registration effect
