@@ -241,6 +241,22 @@ def cuda_bindings_version() -> str:
         return "unknown"
 
 
+def _check_arch_supported(nvrtc, arch: str) -> None:
+    """Raise a CompileError naming the NVRTC version when it cannot target ``arch``
+    (e.g. NVRTC 12.6 and sm_100: Blackwell targets need NVRTC >= 12.8)."""
+    m = re.match(r"^sm_(\d+)", arch)
+    err, supported = nvrtc.nvrtcGetSupportedArchs()
+    if m is None or err != nvrtc.nvrtcResult.NVRTC_SUCCESS or not supported:
+        return  # let NVRTC itself judge the option
+    if int(m.group(1)) not in supported:
+        have = nvrtc_version()
+        raise CompileError(
+            f"NVRTC {have} cannot compile for {arch}: it supports sm_{min(supported)}.."
+            f"sm_{max(supported)}. Blackwell targets (sm_100, sm_120) need NVRTC >= 12.8 "
+            "(pip install 'nvidia-cuda-nvrtc-cu12>=12.8' on CUDA 12, or 'jitmeta[cu13]'); "
+            f"or warm the cache for {arch} on a machine whose NVRTC supports it")
+
+
 def compile_cubin(source: str, options: CompileOptions, name: str = "jitmeta.cu"
                   ) -> CompileResult:
     """Compile ``source`` to a cubin.
@@ -250,6 +266,7 @@ def compile_cubin(source: str, options: CompileOptions, name: str = "jitmeta.cu"
     rejects the source or the options.
     """
     nvrtc = _nvrtc()
+    _check_arch_supported(nvrtc, options.arch)
     t0 = time.perf_counter()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(err, "program creation", source=source, name=name)
