@@ -217,7 +217,8 @@ def test_installed_cli_version_json_usage_and_no_torch(installed, tmp_path):
                env=env, cwd=tmp_path)
     assert res.returncode == 2, res
     got = json.loads(res.stdout)
-    assert "--batch" in got["error"] and got["usage"].startswith("usage: jitmeta-cache plan")
+    assert "--batch" in got["error"]
+    assert got["usage"].startswith("usage: jitmeta-cache plan")
     res = _run([str(script), "plan", "--batch", "0", "--arch", "sm_90"], env=env,
                cwd=tmp_path)
     assert res.returncode == 2 and res.stdout == "" and "--batch" in res.stderr, res
@@ -274,7 +275,8 @@ def test_without_nvrtc_hits_load_and_a_miss_names_the_warm_command(tmp_path):
     got = json.loads(miss.stdout.strip().splitlines()[-1])
     assert got["is_compile_error"] is True
     msg = got["error"]
-    assert "NVRTC is unavailable" in msg and "jitmeta[cu12]" in msg and "jitmeta[cu13]" in msg
+    assert "NVRTC is unavailable" in msg
+    assert "jitmeta[cu12]" in msg and "jitmeta[cu13]" in msg
     assert f"jitmeta-cache --cache-dir {cache} warm --arch sm_90" in msg
     assert "--batch 100000" in msg and "--varlen yes" in msg, msg
 
@@ -304,7 +306,7 @@ def test_sdist_carries_its_tests_and_they_run(tmp_path):
     site = tmp_path / "site"
     res = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
                 "--no-build-isolation", "--target", str(site), str(tree)], env=_clean_env())
-    assert res.returncode == 0, f"install from the sdist failed:\n{res.stdout}\n{res.stderr}"
+    assert res.returncode == 0, f"sdist install failed:\n{res.stdout}\n{res.stderr}"
     # -P: the unpacked tree's own jitmeta/ (without the mapped templates/ and
     # cache_tools/) must not shadow the installed package
     env = _clean_env(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")

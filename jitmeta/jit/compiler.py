@@ -100,7 +100,8 @@ class CompileError(RuntimeError):
         if log_text:
             parts.append(f"--- NVRTC log ---\n{log_text.rstrip()}")
         if source:
-            parts.append(f"--- source lines named in the log ---\n{_excerpt(source, log_text)}")
+            parts.append("--- source lines named in the log ---\n"
+                         + _excerpt(source, log_text))
             where = (f"full rendered source ({len(source.splitlines())} lines): "
                      f"{self.source_path}" if self.source_path else
                      "full rendered source: not saved (temp dir not writable); set "
@@ -284,7 +285,8 @@ def compile_cubin(source: str, options: CompileOptions, name: str = "jitmeta.cu"
         nvrtc.nvrtcDestroyProgram(prog)
     seconds = time.perf_counter() - t0
     if not cubin.startswith(b"\x7fELF"):
-        raise CompileError(f"NVRTC returned no cubin for {options.arch}", text, source, name)
+        raise CompileError(f"NVRTC returned no cubin for {options.arch}", text, source,
+                           name)
     log.debug("compiled %s for %s in %.1f ms", name, options.arch, seconds * 1e3)
     return CompileResult(cubin=bytes(cubin), log=text, seconds=seconds,
                          nvrtc_version=nvrtc_version())
