@@ -115,9 +115,10 @@ def check_versions(report: Report, gpu: bool, allow_13: bool) -> None:
         print(f"driver       CUDA {v // 1000}.{v % 1000 // 10} "
               f"({loaded_library('libcuda.so')}); {torch.cuda.get_device_name()}")
     want = ("12.", "13.") if allow_13 else ("12.",)
-    report.case("cuda.bindings is 12.x", cuda.bindings.__version__.startswith(want),
+    label = " or ".join(w + "x" for w in want)
+    report.case(f"cuda.bindings is {label}", cuda.bindings.__version__.startswith(want),
                 cuda.bindings.__version__)
-    report.case("NVRTC is 12.x", nvrtc_version().startswith(want), nvrtc_version())
+    report.case(f"NVRTC is {label}", nvrtc_version().startswith(want), nvrtc_version())
     missing = [n for n in NVRTC_NAMES if not _has(nvrtc, n)] + \
         [n for n in DRIVER_NAMES if not _has(driver, n)]
     report.case("every cuda.bindings name jitmeta uses exists", not missing,
