@@ -1,4 +1,4 @@
-"""``jitmeta-cache``: the command line of jitmeta's cubin cache (SPEC section 6).
+"""``jitmeta-cache``: the command line of jitmeta's cubin cache.
 
 Subcommands: warm, ls, info, verify, prune, clear, export, import, plan. Every one
 takes ``--json`` (then stdout carries one JSON document and nothing else; messages
