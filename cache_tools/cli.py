@@ -1,9 +1,13 @@
-"""``jitmeta-cache``: the command line of jitmeta's cubin cache (SPEC section 6).
+"""``jitmeta-cache``: the command line of jitmeta's cubin cache.
 
 Subcommands: warm, ls, info, verify, prune, clear, export, import, plan. Every one
 takes ``--json`` (then stdout carries one JSON document and nothing else; messages
 go to stderr) and the global ``--cache-dir DIR`` (overrides JITMETA_CACHE_DIR).
 Exit codes: 0 ok, 1 failure, 2 usage error (including a malformed JITMETA_* value).
+
+Start-up is kept cheap (every call is a fresh process): this module and what it imports
+at module level never import torch or the CUDA driver bindings; only ``warm --device``
+and ``plan --device`` import torch, inside the command.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from typing import Callable
 
 from jitmeta import envs
+from jitmeta._version import __version__
 from jitmeta.envs import EnvError
 from jitmeta.heuristics.arch import normalize_arch
 from jitmeta.heuristics.plan import PlanError
@@ -34,6 +39,22 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 class UsageError(Exception):
     """Arguments that parse but cannot be used together (exit code 2)."""
+
+
+class _ArgumentError(Exception):
+    """argparse rejected the command line; carries the message and the usage line."""
+
+    def __init__(self, message: str, usage: str):
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are raised to :func:`main`, which reports
+    them as text or, with ``--json``, as a JSON object (exit code 2 either way)."""
+
+    def error(self, message: str):
+        raise _ArgumentError(message, self.format_usage().strip())
 
 
 # --- argument types -----------------------------------------------------------------
@@ -497,16 +518,18 @@ def cmd_plan(args, out: Out) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     # --json and --cache-dir work before or after the subcommand
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print one JSON document on stdout (messages on stderr)")
     common.add_argument("--cache-dir", metavar="DIR", type=_dir, default=argparse.SUPPRESS,
                         help="cache root (overrides JITMETA_CACHE_DIR)")
     knobs = "\n".join(f"  {name:<28} {text}" for name, text in envs.describe())
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Warm, inspect, verify, prune and ship jitmeta's cubin cache.",
         epilog="exit codes: 0 ok, 1 failure, 2 usage error\n\nenvironment:\n" + knobs)
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} (jitmeta) {__version__}")
     parser.add_argument("--json", action="store_true", default=False,
                         help="print one JSON document on stdout (messages on stderr)")
     parser.add_argument("--cache-dir", metavar="DIR", type=_dir, default=None,
@@ -516,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, func, help_: str, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_, description=help_, **kw)
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, subparser=p)
         return p
 
     p = add("warm", cmd_warm, "precompile the cubins a deployment needs (no GPU needed)")
@@ -556,24 +579,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
     p = add("export", cmd_export, "write valid entries to a portable bundle (tar.gz)")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE",
+                   help="bundle to write (a .tgz; replaced atomically if it exists)")
     p.add_argument("--arch", action="append", type=_arch,
                    help="only entries for this arch (repeatable)")
 
     p = add("import", cmd_import, "add the entries of a bundle, after checking all of it")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE",
+                   help="bundle made by 'jitmeta-cache export' (nothing is added unless "
+                        "every entry in it checks out)")
 
     p = add("plan", cmd_plan, "show the plan (variant, threads, smem, reason) for a shape")
-    p.add_argument("--batch", type=_positive_int, required=True, metavar="B")
-    p.add_argument("--next-n", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--varlen", action="store_true", help="varlen (prefill) mode")
+    p.add_argument("--batch", type=_positive_int, required=True, metavar="B",
+                   help="batch size: requests (non-varlen) or tokens (varlen)")
+    p.add_argument("--next-n", type=_positive_int, default=1, metavar="N",
+                   help="query tokens per request (default 1; must be 1 with --varlen)")
+    p.add_argument("--varlen", action="store_true",
+                   help="varlen (prefill) mode: one row per token, with indices")
     p.add_argument("--num-sms", type=_positive_int, metavar="S",
                    help="SMs of the consumer kernel (default: the arch's or device's)")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--arch", type=_arch)
-    where.add_argument("--device", type=int, metavar="N")
-    p.add_argument("--split-kv", type=_positive_int, default=256, metavar="N")
-    p.add_argument("--format", choices=SCHEDULES, default="smxx")
+    where.add_argument("--arch", type=_arch,
+                       help="plan for this arch's limits, no GPU needed (e.g. sm_90)")
+    where.add_argument("--device", type=int, metavar="N",
+                       help="plan for CUDA device N's limits (imports torch)")
+    p.add_argument("--split-kv", type=_positive_int, default=256, metavar="N",
+                   help="KV tokens per split (default 256)")
+    p.add_argument("--format", choices=SCHEDULES, default="smxx",
+                   help="row format the consumer reads (default smxx)")
     return parser
 
 
@@ -616,10 +649,20 @@ def _check_environment() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``jitmeta-cache``; returns the exit code (0 ok, 1 failure, 2 usage)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+    except _ArgumentError as exc:
+        # --json is honoured even when the rest of the line does not parse
+        wants_json = "--json" in argv[:argv.index("--")] if "--" in argv else \
+            "--json" in argv
+        sys.stderr.write(f"{exc.usage}\n{PROG}: error: {exc}\n")
+        if wants_json:
+            sys.stdout.write(json.dumps({"error": str(exc), "usage": exc.usage,
+                                         "exit_code": EXIT_USAGE}) + "\n")
+        return EXIT_USAGE
+    except SystemExit as exc:  # argparse: --help / --version (0)
         return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None \
             else EXIT_USAGE
     out = Out(args.json)
@@ -627,7 +670,10 @@ def main(argv: list[str] | None = None) -> int:
     def fail(code: int, message: str) -> int:
         out.note(f"{PROG}: error: {message}")
         if out.json:
-            sys.stdout.write(json.dumps({"error": message, "exit_code": code}) + "\n")
+            record = {"error": message, "exit_code": code}
+            if code == EXIT_USAGE:
+                record["usage"] = getattr(args, "subparser", parser).format_usage().strip()
+            sys.stdout.write(json.dumps(record) + "\n")
         return code
 
     try:

@@ -4,21 +4,24 @@ A drop-in for ``deep_gemm.get_paged_mqa_logits_metadata``: Jinja2 templates -> C
 source per configuration -> NVRTC -> cubin -> on-disk cache -> launch on PyTorch's
 current stream. Importing jitmeta creates no directory, loads no CUDA library,
 configures no logging and imports nothing heavy: the public names below are resolved on
-first use (so ``jitmeta-cache`` starts without importing torch). Touching any of the
-torch-facing names registers the ``torch.ops.jitmeta`` custom ops.
+first use (so ``jitmeta-cache`` starts without importing torch). The
+``torch.ops.jitmeta.*`` custom ops are registered by ``import jitmeta`` when torch is
+already imported (what ``torch.compile`` users rely on), else by the first use of a
+torch-facing name.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys as _sys
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
 __all__ = ["get_paged_mqa_logits_metadata", "plan", "reference_schedule", "warm", "envs",
            "ops", "stats", "Plan", "PlanError", "DeviceLimits", "limits_for_arch",
-           "OfflineMissError", "InputValueError", "CaptureCompileError", "SCHEDULES",
-           "__version__"]
+           "OfflineMissError", "InputValueError", "CaptureCompileError", "CompileError",
+           "NvrtcUnavailableError", "SCHEDULES", "__version__"]
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
@@ -32,6 +35,8 @@ _LAZY = {
     "ops": ("jitmeta.ops", None),
     "stats": ("jitmeta.jit.build", "stats"),
     "OfflineMissError": ("jitmeta.jit.build", "OfflineMissError"),
+    "CompileError": ("jitmeta.jit.compiler", "CompileError"),
+    "NvrtcUnavailableError": ("jitmeta.jit.compiler", "NvrtcUnavailableError"),
     "Plan": ("jitmeta.heuristics.plan", "Plan"),
     "PlanError": ("jitmeta.heuristics.plan", "PlanError"),
     "DeviceLimits": ("jitmeta.heuristics.arch", "DeviceLimits"),
@@ -60,12 +65,16 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+if "torch" in _sys.modules:
+    importlib.import_module("jitmeta.ops")
+
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from . import envs, ops
     from .api import get_paged_mqa_logits_metadata, plan, reference_schedule
     from .heuristics.arch import DeviceLimits, limits_for_arch
     from .heuristics.plan import Plan, PlanError
     from .jit.build import OfflineMissError, stats
+    from .jit.compiler import CompileError, NvrtcUnavailableError
     from .jit.runtime import CaptureCompileError
     from .kernels import SCHEDULES
     from .validate import InputValueError

@@ -13,19 +13,40 @@ import argparse
 import sys
 import time
 
-import torch
+from jitmeta._version import __version__
 
-import jitmeta
-from jitmeta import envs, kernels
-from jitmeta.jit import build as jit_build
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jitmeta", description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=8192)
-    ap.add_argument("--num-sms", type=int, default=132)
-    ap.add_argument("--context-len", type=int, default=4096)
+    ap = argparse.ArgumentParser(
+        prog="python -m jitmeta",
+        description="Plan, compile (NVRTC, disk cache) and run the seed scenario -- a "
+                    "varlen prefill step, two tokens per request -- and check the "
+                    "schedule against the reference (on the GPU when there is one).",
+        epilog="Exit code 0 when the result matches the reference, 1 when it does not.")
+    ap.add_argument("--batch", type=_positive, default=8192, metavar="B",
+                    help="tokens in the prefill step, two per request (default 8192)")
+    ap.add_argument("--num-sms", type=_positive, default=132, metavar="S",
+                    help="SMs the consumer kernel runs on (default 132, an H200)")
+    ap.add_argument("--context-len", type=_positive, default=4096, metavar="L",
+                    help="context length of every request (default 4096)")
+    ap.add_argument("--version", action="version", version=f"jitmeta {__version__}")
     args = ap.parse_args(argv)
+
+    import torch
+
+    import jitmeta
+    from jitmeta import envs, kernels
+    from jitmeta.jit import build as jit_build
 
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"

@@ -249,7 +249,8 @@ print(json.dumps({"equal": results, "stats": jitmeta.stats()}))
 
 
 @pytest.mark.gpu
-def test_cpu_made_bundle_runs_offline_on_the_gpu_bit_exact(tmp_path, capsys, rng):
+def test_cpu_made_bundle_runs_offline_on_the_gpu_bit_exact(tmp_path, capsys, rng,
+                                                           fresh_jit):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
@@ -262,12 +263,20 @@ def test_cpu_made_bundle_runs_offline_on_the_gpu_bit_exact(tmp_path, capsys, rng
         from jitmeta.kernels import plan
 
         lim = limits_from_device(torch.cuda.current_device())
-        with envs.override(JITMETA_CACHE_DIR=str(src)):
+        codes = set()
+        # fresh_jit emptied the in-memory cubins: every build below compiles into src
+        with envs.override(JITMETA_CACHE_DIR=str(src), JITMETA_OFFLINE=False,
+                           JITMETA_DISABLE_DISK_CACHE=False):
             for b, n, v, s, sch in shapes:
                 p = plan(b, n, v, s, 256, sch, lim)
-                build(p.code, p)
+                want = "memory" if p.code in codes else "compiled"
+                assert build(p.code, p).source == want, p.code.name
+                codes.add(p.code)
         bundle = str(tmp_path / "made-here.tgz")
-        assert main(["--cache-dir", str(src), "export", bundle]) == 0
+        capsys.readouterr()
+        assert main(["--cache-dir", str(src), "--json", "export", bundle]) == 0
+        exported = json.loads(capsys.readouterr().out)
+        assert len(exported["entries"]) == len(codes) > 0, exported
     target = tmp_path / "serving"
     assert main(["--cache-dir", str(target), "import", bundle]) == 0
     env = dict(os.environ, JITMETA_CACHE_DIR=str(target), JITMETA_OFFLINE="1")

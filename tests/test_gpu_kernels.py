@@ -18,7 +18,7 @@ from jitmeta import envs
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="no CUDA GPU here: kernel tests run on the device machine"),
+                       reason="needs a CUDA GPU (none visible to torch here)"),
 ]
 
 BATCHES = [1, 31, 32, 33, 1023, 1024, 4064, 4096, 8192, 65536, 270337, 2**20]

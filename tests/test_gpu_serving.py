@@ -29,7 +29,7 @@ from jitmeta.jit import runtime
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="no CUDA GPU here: serving tests run on the device machine"),
+                       reason="needs a CUDA GPU (none visible to torch here)"),
 ]
 
 I32 = torch.int32

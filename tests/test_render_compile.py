@@ -504,9 +504,15 @@ def test_broken_source_raises_compile_error_with_log_and_numbered_source():
     assert exc.source == BROKEN
     assert "sm_90" in msg
     assert "--- NVRTC log ---" in msg and exc.log in msg
-    assert "--- rendered source ---" in msg
-    assert "    3 |     out[0] = ok + jitmeta_no_such_symbol;" in msg
-    assert "    1 | extern \"C\"" in msg
+    # the line the log names, marked, with its neighbours; not the whole source
+    assert "--- source lines named in the log ---" in msg
+    assert ">    3 |     out[0] = ok + jitmeta_no_such_symbol;" in msg
+    assert "     1 | extern \"C\"" in msg
+    # the full source is in a file the message names
+    assert exc.source_path and exc.source_path in msg
+    with open(exc.source_path) as f:
+        assert f.read() == BROKEN
+    os.unlink(exc.source_path)
 
 
 def test_broken_rendered_source_raises_compile_error():
@@ -514,9 +520,19 @@ def test_broken_rendered_source_raises_compile_error():
     src = render(code).replace("__syncthreads();", "__syncthreads()", 1)
     with pytest.raises(CompileError) as info:
         compile_cubin(src, CompileOptions(arch="sm_90"))
-    assert info.value.log and "error" in info.value.log.lower()
+    exc = info.value
+    assert exc.log and "error" in exc.log.lower()
     lines = src.splitlines()
-    assert f"{len(lines):5d} | {lines[-1]}" in str(info.value)
+    bad = next(i for i, line in enumerate(lines, 1) if "__syncthreads()" in line
+               and "__syncthreads();" not in line)
+    msg = str(exc)
+    assert f">{bad:5d} | {lines[bad - 1]}" in msg or f">{bad + 1:5d} |" in msg
+    # a ~500-line source is not pasted into the message: only windows around the errors
+    assert len(msg.splitlines()) < 60 < len(lines)
+    assert f"full rendered source ({len(lines)} lines): {exc.source_path}" in msg
+    with open(exc.source_path) as f:
+        assert f.read() == src
+    os.unlink(exc.source_path)
 
 
 def test_a_planner_mismatch_fails_to_compile():

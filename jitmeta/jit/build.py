@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..envs import Knobs
 from .cache import CacheError, DiskCache, cache_key, default_lock_dir
-from .compiler import CompileOptions, compile_cubin, cuda_bindings_version
+from .compiler import (CompileOptions, NvrtcUnavailableError, compile_cubin,
+                       cuda_bindings_version)
 from .cubin_info import kernel_resources
 from .render import render
 from .source import KernelSource
@@ -323,7 +324,11 @@ def _build_locked(source, knobs, key, text, options, disk, offline, example, hin
             log.debug("compiling %s (key %s); rendered source:\n%s", source.name,
                       key[:16], text)
         t0 = time.perf_counter()
-        result = compile_cubin(text, options, name=f"{source.name}.cu")
+        try:
+            result = compile_cubin(text, options, name=f"{source.name}.cu")
+        except NvrtcUnavailableError as exc:
+            raise NvrtcUnavailableError(_no_nvrtc_message(source, key, disk, hint, what,
+                                                          exc)) from exc
         _count("compiles")
         meta = _metadata(source, example, options, result.cubin,
                          time.perf_counter() - t0, result.nvrtc_version)
@@ -358,6 +363,17 @@ def _publish(disk: DiskCache, knobs: Knobs, key: str, cubin: bytes, meta: dict,
             log.debug("pruned %d LRU entries of %s to JITMETA_CACHE_MAX_BYTES=%d",
                       len(removed), disk.root, cap)
     return None
+
+
+def _no_nvrtc_message(source: KernelSource, key: str, disk: DiskCache | None,
+                      hint: str | None, what: str | None, exc: Exception) -> str:
+    """A cache miss where NVRTC cannot be loaded: the remedy of an offline miss."""
+    where = f"the cache at {disk.root}" if disk is not None else "memory"
+    cmd = hint or f"jitmeta-cache warm ... (the configuration {source.name})"
+    return (f"no cubin for {what or source.name}, key {key[:16]}, is in {where}, and it "
+            f"cannot be compiled here: {exc}\nProduce it ahead of time on a machine with "
+            f"NVRTC (no GPU needed) with:\n    {cmd}\nthen ship the cache "
+            "(jitmeta-cache export/import).")
 
 
 def _offline_message(source: KernelSource, key: str, disk: DiskCache | None,
