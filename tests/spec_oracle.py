@@ -5,13 +5,16 @@ uses only plain lists and ints (no torch, no numpy), masks every addition and
 multiplication to uint32 exactly as the kernel's arithmetic does, forms varlen atoms
 with a serial greedy loop and finds each SM's start with a linear upper-bound scan.
 It is written for clarity, not speed; each step is tagged with its SPEC step number.
+
+Format "sm100" (its own numbered steps) sums work in 64 bits: its oracle uses plain,
+unbounded Python ints and never masks.
 """
 
 from __future__ import annotations
 
 MASK32 = 0xFFFFFFFF
 
-SCHEDULE_FORMATS = ("smxx", "sm90")
+SCHEDULE_FORMATS = ("smxx", "sm90", "sm100")
 
 
 def u32(x: int) -> int:
@@ -140,8 +143,68 @@ def _schedule_varlen(context_lens, num_sms, indices, split_kv, schedule):
     return rows
 
 
+def _schedule_sm100(context_lens, num_sms, indices, split_kv):
+    B = len(context_lens)
+    N = len(context_lens[0])
+    T = B * N
+
+    # Step 1: the requests, as (start token, number of tokens, ctx).
+    starts, tokens, ctxs = [], [], []
+    if indices is None:
+        # request r starts at token r*N, has N tokens, ctx = context_lens[r][N-1]
+        for r in range(B):
+            starts.append(r * N)
+            tokens.append(N)
+            ctxs.append(context_lens[r][N - 1])
+    else:
+        if len(indices) != B:
+            raise ValueError(f"indices has {len(indices)} entries, context_lens has {B}")
+        if N != 1:
+            raise ValueError("varlen mode requires next_n == 1")
+        # a request is a maximal run of equal consecutive indices; ctx is the context
+        # length of the run's last token
+        t = 0
+        while t < B:
+            u = t
+            while u + 1 < B and indices[u + 1] == indices[t]:
+                u += 1
+            starts.append(t)
+            tokens.append(u - t + 1)
+            ctxs.append(context_lens[u][0])
+            t = u + 1
+    R = len(starts)
+
+    # Step 2: work[r] = ceil(ctx / split_kv) * tokens[r]; W = inclusive prefix sum (no
+    # wrap); total = W[R-1], 0 if there are no requests.
+    W = []
+    running = 0
+    for r in range(R):
+        segs = (ctxs[r] + split_kv - 1) // split_kv
+        running += segs * tokens[r]
+        W.append(running)
+    total = W[R - 1] if R > 0 else 0
+
+    # Step 3: q_ = total // S, r_ = total % S.
+    q_ = total // num_sms
+    r_ = total % num_sms
+
+    rows = []
+    for s in range(num_sms + 1):
+        # Step 3: w(s) = s*q_ + min(s, r_).
+        w = s * q_ + min(s, r_)
+        # Step 4: i = first request with W[i] > w(s).
+        i = upper_bound(W, w)
+        if i < R:
+            before = W[i - 1] if i > 0 else 0
+            rows.append((starts[i], (w - before) // tokens[i]))
+        else:
+            rows.append((T, 0))
+    return rows
+
+
 def spec_schedule(context_lens, num_sms, indices=None, split_kv=256, schedule="smxx"):
-    """The SPEC section 2 schedule: ``num_sms + 1`` ``(q, kv)`` tuples (uint32 values).
+    """The SPEC section 2 schedule: ``num_sms + 1`` ``(q, kv)`` tuples (uint32 values;
+    for "sm100" exact integers).
 
     ``context_lens`` is a list of lists ``[batch][next_n]`` of ints (a flat list of
     ints is accepted as ``[batch][1]``); ``indices`` is a list of ints or None.
@@ -154,6 +217,9 @@ def spec_schedule(context_lens, num_sms, indices=None, split_kv=256, schedule="s
                     for row in context_lens]
     if not context_lens or not context_lens[0]:
         raise ValueError("context_lens must be non-empty [batch][next_n]")
+    if schedule == "sm100":
+        return _schedule_sm100(context_lens, num_sms,
+                               None if indices is None else list(indices), split_kv)
     if indices is None:
         return _schedule_non_varlen(context_lens, num_sms, split_kv, schedule)
     return _schedule_varlen(context_lens, num_sms, list(indices), split_kv, schedule)

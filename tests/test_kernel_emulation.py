@@ -3,7 +3,7 @@
 No GPU: the rendered source (``render(plan.code)``) is compiled by g++ with the shim in
 ``tests/emulator`` and every block's threads run as OS threads (``__syncthreads`` and
 warp shuffles as on a GPU). Each case is planned exactly as the library plans it
-(``plan`` under ``envs.override``, sm_90 limits) and launched as ``api.Launcher``
+(``plan`` under ``envs.override``, sm_90 limits) and launched as the library's loaded call (``jitmeta.kernels.call``)
 launches it. Small blocks (``JITMETA_THREADS``) and small tiles (``JITMETA_CHUNK``)
 keep it fast and give the chunked variant many slabs, so sums and varlen parities
 cross slab boundaries; a few cases run the library's default configurations.
@@ -28,11 +28,11 @@ import torch
 import jitmeta
 from jitmeta import envs
 from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.heuristics.plan import plan as make_plan
-from jitmeta.impls.render import render
+from jitmeta.kernels import plan as make_plan
 from jitmeta.reference import varlen_atoms
 
-from emulator import Case, EmulatorError, compiler, emulate, emulate_cases, get_emulator
+from emulator import (Case, EmulatorError, compiler, emulate, emulate_cases, get_emulator,
+                      render)
 
 pytestmark = pytest.mark.skipif(
     compiler() is None or not sys.platform.startswith("linux"),
@@ -280,7 +280,7 @@ def test_chunked_carries_across_many_slabs():
 
 def test_chunked_any_grid_is_exact():
     """The launcher may run a chunked plan with fewer blocks than planned (a process
-    that sees fewer SMs: api.Launcher halves a refused cooperative grid). Every grid from
+    that sees fewer SMs: jit.launcher halves a refused cooperative grid). Every grid from
     one block up must give the same rows: blocks then take several slabs each."""
     rng, g = rngs("grids")
     cases = []

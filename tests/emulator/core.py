@@ -1,13 +1,14 @@
 """Run jitmeta's rendered CUDA kernels on the CPU (no GPU, no NVRTC).
 
-The rendered source (``jitmeta.impls.render.render(code)``) is compiled as ordinary
-C++20 by g++ after ``cuda_shim.h`` (the CUDA built-ins the kernels use) and linked with
+The rendered source (:func:`render`: ``jitmeta.jit.render.render`` of the family's
+``KernelSource``) is compiled as ordinary C++20 by g++ after ``cuda_shim.h`` (the CUDA built-ins the kernels use) and linked with
 ``harness.cpp`` (threads, barriers, warp exchange, device-like buffers). Every block's
 threads run as real OS threads, so ``__syncthreads()`` and warp shuffles behave as on
 a GPU for code whose control flow around them is uniform.
 
-Launches follow ``jitmeta.api.Launcher`` itself: its ``__call__`` runs with
-``runtime.launch`` recording instead of launching, and the harness replays the
+Launches follow the library's own loaded call (``jitmeta.kernels.call``, as
+``dispatch.prepare`` makes it): it runs with ``runtime.launch`` recording instead of
+launching, and the harness replays the
 recorded kernels, grids, block sizes, dynamic shared memory and arguments.
 
     import sys; sys.path.insert(0, "tests")      # pytest does this for the tests
@@ -40,14 +41,19 @@ from unittest import mock
 import numpy as np
 import torch
 
-from jitmeta import api
+from jitmeta import kernels as jm_kernels
 from jitmeta.heuristics.plan import CodeSpec, Plan
-from jitmeta.impls.render import render
+from jitmeta.jit import render as jm_render
 from jitmeta.jit import runtime
 
-__all__ = ["Case", "Emulator", "EmulatorError", "Launch", "compiler", "emulate",
+__all__ = ["render", "Case", "Emulator", "EmulatorError", "Launch", "compiler", "emulate",
            "emulate_cases", "emulate_many", "get_emulator", "kernel_names_in", "prebuild",
            "prepare_source", "recorded_launches"]
+
+def render(code: CodeSpec) -> str:
+    """The CUDA source the library renders for ``code``."""
+    return jm_render.render(jm_kernels.source(code))
+
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "cuda_shim.h"
@@ -303,7 +309,7 @@ def prebuild(codes_or_sources: Iterable[CodeSpec | str], *, sanitize: str | None
         return list(pool.map(one, todo))
 
 
-# --- launches, as jitmeta.api.Launcher makes them ---------------------------------------
+# --- launches, as the library's loaded call makes them ----------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
@@ -320,19 +326,18 @@ _record_lock = threading.Lock()
 
 def recorded_launches(plan: Plan, kernels: Sequence[str], batch: int, next_n: int,
                       num_sms: int, varlen: bool) -> tuple[list[Launch], int]:
-    """The launches ``api.Launcher`` makes for ``plan``, and its workspace words.
+    """The launches the library's loaded call makes for ``plan`` (with this shape),
+    and its workspace words.
 
-    The Launcher is built the way ``api.prepare`` builds it (the module's kernel by
-    name, cooperative for the chunked variant, ``api.launcher_ws_words`` workspace
-    words) and called with ``runtime.launch`` recording. The emulator's workspace has
+    The call is built the way ``dispatch.prepare`` builds it (``kernels.call`` with the
+    module's kernel by name: geometry, cooperative launch and workspace words of the
+    family) and called with ``runtime.launch`` recording. The emulator's workspace has
     exactly that many words (the library's may be larger) and starts zeroed, as
     ``runtime.allocate`` leaves it.
     """
-    launcher = api.Launcher(
-        device=0, plan=plan,
-        emit="jitmeta_emit" if "jitmeta_emit" in kernels else None,
-        cooperative=plan.variant == "chunked", threads=plan.threads, grid=plan.grid,
-        dyn_smem=plan.smem_dynamic_bytes, ws_words=api.launcher_ws_words(plan))
+    shaped = dataclasses.replace(plan, batch=batch, next_n=next_n, num_sms=num_sms)
+    launcher = jm_kernels.call(0, shaped, "jitmeta_emit" if "jitmeta_emit" in kernels
+                               else None)
     calls: list[Launch] = []
 
     def record(fn, grid, threads, smem, stream, args, types, pdl=False, cooperative=False):
@@ -354,7 +359,7 @@ def recorded_launches(plan: Plan, kernels: Sequence[str], batch: int, next_n: in
 
     ws = _WS if launcher.ws_words else 0
     with _record_lock, mock.patch.object(runtime, "launch", record):
-        launcher(_CTX, _IDX if varlen else 0, batch, next_n, num_sms, _OUT, 0, ws, False)
+        launcher(_CTX, _IDX if varlen else 0, _OUT, 0, ws, False)
     return calls, launcher.ws_words
 
 

@@ -1,0 +1,382 @@
+"""The "sm100" kernels, emulated on the CPU, bit-exact against the reference.
+
+Same machinery as tests/test_kernel_emulation.py (the rendered source compiled by g++
+with the shim in ``tests/emulator``, each block's threads as OS threads, launched as
+the library's loaded call (``jitmeta.kernels.call``) launches it, planned under ``envs.override`` with sm_90 limits). Small
+blocks and small chunked slabs (JITMETA_THREADS, JITMETA_CHUNK) put run boundaries,
+slice boundaries, slab boundaries and block boundaries everywhere; few SMs
+(``sm_count``) give each chunked block several slabs. Lengths run to 2^31 - 1, so
+work sums pass 2^32 (the sm100 kernels sum in 64 bits; nothing is scaled down here).
+
+Random inputs come from a fresh seed, printed and named in every failure; rerun with
+``JITMETA_TEST_SEED=<seed> pytest tests/test_kernel_emulation_sm100.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import re
+import sys
+import zlib
+
+import pytest
+import torch
+
+import jitmeta
+from jitmeta import envs
+from jitmeta.heuristics.arch import limits_for_arch
+from jitmeta.kernels import plan as make_plan
+from jitmeta.reference import sm100_requests
+
+from emulator import Case, EmulatorError, compiler, emulate_cases, render
+
+pytestmark = pytest.mark.skipif(
+    compiler() is None or not sys.platform.startswith("linux"),
+    reason="the kernel emulator needs g++ (or $CXX) on Linux: it compiles the rendered "
+           "CUDA source as C++ and runs blocks as pthreads")
+
+_env_seed = os.environ.get("JITMETA_TEST_SEED")
+SEED = int(_env_seed) if _env_seed else int.from_bytes(os.urandom(4), "little")
+SEED_NOTE = f"JITMETA_TEST_SEED={SEED}"
+
+SPLIT_KV = 256
+INT32_MAX = 2**31 - 1
+LENGTH_KINDS = ("zeros", "ones", "edges", "mixed", "large", "huge_one", "256k")
+INDEX_KINDS = ("runs", "long", "single", "distinct", "pairs")
+
+
+def rngs(*parts) -> tuple[random.Random, torch.Generator]:
+    s = (SEED ^ zlib.crc32(repr(parts).encode())) & 0xFFFFFFFF
+    return random.Random(s), torch.Generator().manual_seed(s)
+
+
+def lengths(kind: str, batch: int, next_n: int, g: torch.Generator) -> torch.Tensor:
+    shape = (batch, next_n)
+    if kind == "zeros":
+        return torch.zeros(shape, dtype=torch.int32)
+    if kind == "ones":
+        return torch.ones(shape, dtype=torch.int32)
+    if kind == "edges":  # around split_kv multiples, zeros included
+        choices = torch.tensor([0, 1, 255, 256, 257, 511, 512, 513], dtype=torch.int32)
+        return choices[torch.randint(0, len(choices), shape, generator=g)]
+    if kind == "mixed":
+        t = torch.randint(0, 20000, shape, generator=g, dtype=torch.int32)
+        t[torch.rand(shape, generator=g) < 0.2] = 0
+        return t
+    if kind == "large":  # work sums well past 2^32
+        return torch.randint(2**30, INT32_MAX, shape, generator=g,
+                             dtype=torch.int64).to(torch.int32)
+    if kind == "huge_one":
+        t = torch.randint(0, 300, shape, generator=g, dtype=torch.int32)
+        t[int(torch.randint(0, batch, (1,), generator=g))] = INT32_MAX
+        return t
+    if kind == "256k":
+        choices = torch.tensor([2**18 - 1, 2**18, 2**18 + 1, 0, 7], dtype=torch.int32)
+        return choices[torch.randint(0, len(choices), shape, generator=g)]
+    raise ValueError(kind)
+
+
+def indices(kind: str, batch: int, rng: random.Random, g: torch.Generator,
+            slab: int = 100) -> torch.Tensor:
+    """token -> request ids; sm100 requests are the runs of equal neighbours."""
+    if kind == "distinct":
+        return torch.arange(batch, dtype=torch.int32)
+    if kind == "single":  # one run covers the batch
+        return torch.full((batch,), 7, dtype=torch.int32)
+    if kind == "pairs":
+        return (torch.arange(batch) // 2).to(torch.int32)
+    if kind == "runs":  # runs of 1..5, ids shuffled and reused (some neighbours merge)
+        runs = torch.randint(1, 6, (batch,), generator=g)
+        ids = torch.repeat_interleave(torch.arange(batch), runs)[:batch]
+        perm = torch.randperm(batch, generator=g)
+        return (perm[ids] % max(1, batch // 3 + 1)).to(torch.int32)
+    if kind == "long":  # short runs and runs spanning several slabs, at any offset
+        out, rid = [], 0
+        while len(out) < batch:
+            if rng.random() < 0.2:
+                n = rng.randint(slab, 4 * slab) + rng.choice((-1, 0, 1))
+            else:
+                n = rng.randint(1, 5)
+            out += [rid] * max(1, n)
+            rid += 1
+        return torch.tensor(out[:batch], dtype=torch.int32)
+    raise ValueError(kind)
+
+
+def total_work(ctx: torch.Tensor, idx: torch.Tensor | None, split_kv: int = SPLIT_KV) -> int:
+    _, tokens, lens = sm100_requests(ctx, idx)
+    return int(((lens + split_kv - 1) // split_kv * tokens).sum())
+
+
+def plan_case(variant, batch, next_n, varlen, num_sms, threads=None, chunk=None,
+              split_kv=SPLIT_KV, sm_count=None):
+    limits = limits_for_arch("sm_90", sm_count) if sm_count else limits_for_arch("sm_90")
+    with envs.override(JITMETA_VARIANT=variant, JITMETA_THREADS=threads,
+                       JITMETA_CHUNK=chunk):
+        return make_plan(batch, next_n, varlen, num_sms, split_kv, "sm100", limits)
+
+
+def make_case(rng, g, variant, varlen, batch, *, next_n=1, threads=None, chunk=None,
+              length_kind=None, index_kind=None, num_sms=None, split_kv=SPLIT_KV,
+              sm_count=None, ctx=None, idx=None) -> Case:
+    length_kind = length_kind or rng.choice(LENGTH_KINDS)
+    if sm_count is None and variant == "chunked":
+        sm_count = rng.choice((1, 2, 3, 5, 132))  # few: several slabs per block
+    if varlen and idx is None:
+        index_kind = index_kind or rng.choice(INDEX_KINDS)
+        idx = indices(index_kind, batch, rng, g, slab=chunk or 100)
+    if ctx is None:
+        ctx = lengths(length_kind, batch, next_n, g)
+    if num_sms is None:  # 1, 3, an H100's 132, a GPU's worth, or more SMs than tokens
+        num_sms = rng.choice((1, 3, 132, 4096, batch * next_n + rng.randint(1, 40)))
+    p = plan_case(variant, batch, next_n, varlen, num_sms, threads, chunk, split_kv,
+                  sm_count)
+    label = (f"{p.code.name} batch={batch} next_n={next_n} num_sms={num_sms} "
+             f"lengths={length_kind}" + (f" indices={index_kind}" if varlen else "") +
+             f" grid={p.grid} total={total_work(ctx, idx, split_kv)}")
+    return Case(p, ctx, idx, num_sms, misalign=rng.choice((0, 0, 4, 12)),
+                seed=rng.getrandbits(32), label=label)
+
+
+def reference(case: Case) -> torch.Tensor:
+    return jitmeta.reference_schedule(case.context_lens, case.num_sms, case.indices,
+                                      split_kv=case.plan.code.split_kv, schedule="sm100")
+
+
+def mismatches(cases, outs) -> list[str]:
+    bad = []
+    for case, got in zip(cases, outs):
+        want = reference(case)
+        if not torch.equal(got, want):
+            rows = (got != want).any(dim=1).nonzero().flatten()[:4].tolist()
+            detail = [(r, got[r].tolist(), want[r].tolist()) for r in rows]
+            bad.append(f"{case.label}: rows (row, kernel, reference) {detail}")
+    return bad
+
+
+def check_all(cases: list[Case], what: str) -> None:
+    assert all(c.plan.code.schedule == "sm100" for c in cases)
+    try:
+        outs = emulate_cases(cases)
+    except EmulatorError as exc:
+        pytest.fail(f"{what}: {exc}\n{SEED_NOTE}")
+    bad = mismatches(cases, outs)
+    assert not bad, (f"{what}: {len(bad)} of {len(cases)} cases differ from the reference "
+                     f"({SEED_NOTE}):\n" + "\n".join(bad[:8]))
+
+
+# --- the variant matrix ----------------------------------------------------------------------
+
+CHUNKED = ((64, 32), (32, 32), (32, 64), (64, 100), (128, 100))
+CHUNKED_BUDGET = 30_000  # thread-slabs per chunked test (keeps the file fast)
+
+
+def matrix_cases(variant: str, varlen: bool) -> list[Case]:
+    rng, g = rngs("matrix", variant, varlen)
+    cases = []
+
+    def add(batch, **kw):
+        next_n = 1 if varlen else 1 + len(cases) % 4  # 1..4 in turn
+        cases.append(make_case(rng, g, variant, varlen, batch, next_n=next_n,
+                               length_kind=LENGTH_KINDS[len(cases) % len(LENGTH_KINDS)],
+                               index_kind=INDEX_KINDS[len(cases) % len(INDEX_KINDS)],
+                               **kw))
+
+    if variant in ("static", "dynamic"):
+        for threads in (32, 64, 128):
+            for b in (1, 2, 31, 32, 33, threads - 1, threads, threads + 1, 255, 256,
+                      rng.randint(1, 1024), rng.randint(1, 1024), 1024):
+                add(b, threads=threads)
+        for b in (1025, rng.randint(1026, 2048), 4096):  # bigger buckets / tiles
+            add(b, threads=rng.choice((64, 128)))
+    else:
+        spent = 0
+        for threads, chunk in CHUNKED:
+            edges = [1, chunk - 1, chunk, chunk + 1, 2 * chunk, 3 * chunk + 7]
+            for b in edges + [rng.randint(1, 40 * chunk) for _ in range(3)]:
+                cost = -(-b // chunk) * threads
+                if spent + cost > CHUNKED_BUDGET and b not in edges:
+                    continue
+                spent += cost
+                add(b, threads=threads, chunk=chunk)
+    return cases
+
+
+@pytest.mark.parametrize("mode", ["dense", "varlen"])
+@pytest.mark.parametrize("variant", ["static", "dynamic", "chunked"])
+def test_sm100_kernels_match_reference(variant, mode):
+    cases = matrix_cases(variant, mode == "varlen")
+    assert all(c.plan.variant == variant for c in cases)
+    check_all(cases, f"sm100 {variant} {mode}")
+
+
+def test_sm100_runs_cross_slab_and_block_boundaries():
+    """One long run starting at every offset around a slab edge (spanning several slabs
+    and, with few SMs, several blocks) among short runs; plus dense sums over many slabs."""
+    rng, g = rngs("carries")
+    cases = []
+    for threads, chunk in ((32, 32), (64, 32), (32, 100)):
+        for start in (0, 1, chunk - 2, chunk - 1, chunk, chunk + 1):
+            batch = 6 * chunk + rng.randint(0, chunk)
+            idx = torch.arange(batch, dtype=torch.int32)
+            length = 3 * chunk + rng.randint(0, 3)
+            idx[start:start + length] = -1
+            ctx = lengths(rng.choice(("mixed", "edges", "large")), batch, 1, g)
+            cases.append(make_case(rng, g, "chunked", True, batch, threads=threads,
+                                   chunk=chunk, ctx=ctx, idx=idx,
+                                   sm_count=rng.choice((1, 2, 3, 132))))
+        for _ in range(2):
+            cases.append(make_case(rng, g, "chunked", False, rng.randint(10 * chunk, 30 * chunk),
+                                   next_n=rng.randint(1, 4), threads=threads, chunk=chunk))
+    check_all(cases, "sm100 carries across slabs")
+
+
+def test_sm100_work_past_2_32():
+    """Work totals far past 2^32 (every length near 2^31, split_kv 64 / 256)."""
+    rng, g = rngs("u64")
+    cases = []
+    for variant in ("static", "dynamic", "chunked"):
+        for varlen, next_n in ((False, 1), (False, 3), (True, 1)):
+            batch = rng.randint(600, 900)  # > 512 tokens of 2^23 splits: > 2^32
+            split_kv = rng.choice((64, 256))
+            ctx = INT32_MAX - torch.randint(0, 1000, (batch, next_n), generator=g,
+                                            dtype=torch.int32)
+            idx = indices(rng.choice(("runs", "long", "single")), batch, rng, g, 32) \
+                if varlen else None
+            assert total_work(ctx, idx, split_kv) > 2**32
+            cases.append(make_case(rng, g, variant, varlen, batch, next_n=next_n, threads=64,
+                                   chunk=32 if variant == "chunked" else None, ctx=ctx,
+                                   idx=idx, split_kv=split_kv,
+                                   num_sms=rng.choice((1, 3, 132, 4096, 5000))))
+    check_all(cases, "sm100 past 2^32")
+
+
+def test_sm100_all_zero_and_num_sms_extremes():
+    rng, g = rngs("zeros")
+    cases = []
+    for variant in ("static", "dynamic", "chunked"):
+        for varlen in (False, True):
+            for num_sms in (1, 4096, 4100):
+                batch = rng.choice((1, 32, 64, rng.randint(2, 300)))
+                cases.append(make_case(rng, g, variant, varlen, batch,
+                                       next_n=1 if varlen else rng.randint(1, 4),
+                                       threads=64, chunk=32 if variant == "chunked" else None,
+                                       length_kind=rng.choice(("zeros", "mixed")),
+                                       num_sms=num_sms))
+    check_all(cases, "sm100 zeros / SM counts")
+
+
+def test_sm100_chunked_any_grid_is_exact():
+    """A chunked plan run with fewer blocks than planned (the launcher halves a refused
+    cooperative grid) gives the same rows."""
+    rng, g = rngs("grids")
+    cases = []
+    for varlen in (False, True):
+        base = make_case(rng, g, "chunked", varlen, rng.randint(300, 700),
+                         next_n=1 if varlen else rng.randint(1, 4), threads=64, chunk=32,
+                         sm_count=132, length_kind="mixed", index_kind="long")
+        for grid in sorted({1, 2, 3, base.plan.grid // 2, base.plan.grid - 1}):
+            p = dataclasses.replace(base.plan, grid=grid)
+            cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
+                                             label=f"{base.label} run with grid {grid}"))
+    check_all(cases, "sm100 chunked with smaller grids")
+
+
+def test_sm100_library_default_configurations():
+    """The block sizes and slabs the planner picks by itself, 1024 threads included."""
+    rng, g = rngs("defaults")
+    cases = []
+    for varlen in (False, True):
+        for variant, batch in (("static", rng.randint(1, 1024)), ("static", 3000),
+                               ("dynamic", rng.randint(1, 3000)),
+                               ("chunked", rng.randint(8193, 12000))):
+            cases.append(make_case(rng, g, variant, varlen, batch,
+                                   next_n=1 if varlen else rng.randint(1, 4)))
+        cases.append(make_case(rng, g, "chunked", varlen, rng.randint(2500, 3000),
+                               next_n=1 if varlen else 2, threads=1024, chunk=1024))
+    assert {c.plan.threads for c in cases} >= {256, 1024}
+    check_all(cases, "sm100 default configurations")
+
+
+# --- the emulator tells broken sm100 kernels apart ------------------------------------------
+
+# (name, [(pattern, replacement)], variants, modes): real bugs in the sm100 format and in
+# the shared machinery, as the sm100 source contains them.
+MUTANTS = [
+    ("leading run ends resolved with run start 0",
+     [(r"b\.pre_a - \(u64\)a\.lastb \* b\.pre_b", "b.pre_a")],
+     ("static", "chunked"), ("varlen",)),
+    ("slice run start not carried in",
+     [(r"u32 rs = before\.lastb == S::kNone \? 0u : before\.lastb;", "u32 rs = 0u;")],
+     ("static", "chunked"), ("varlen",)),
+    ("rows placed with 32-bit work sums", [(r"u64 acc = work\(before\);",
+                                            "u32 acc = (u32)work(before);")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("rows past the total never written", [(r"if \(last\) \{", "if (false) {")],
+     ("static", "dynamic", "chunked"), ("dense", "varlen")),
+    ("run end credited at the run start", [(r"if \(next & kBoundary\) \{  // t ends a run",
+                                            "if (cur & kBoundary) {")],
+     ("static", "chunked"), ("varlen",)),
+    ("block carry includes its own blocks", [(r"sc\.broadcast\[1\] = before;",
+                                               "sc.broadcast[1] = S::compose(before, slot);")],
+     ("chunked",), ("dense", "varlen")),
+    ("varlen halo word never loaded",
+     [(r"tile\[pad\(n\)\] = e < batch \?", "if (false) tile[pad(n)] = e < batch ?")],
+     ("static", "chunked"), ("varlen",)),
+    ("a slab that is not resident is not reloaded", [(r"if \(k == 0\) \{", "if (true) {")],
+     ("chunked",), ("dense", "varlen")),
+]
+
+
+@pytest.mark.parametrize("name,edits,variants,modes", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
+    rng, g = rngs("mutant", name)
+    cases = []
+    for variant in variants:
+        for mode in modes:
+            varlen = mode == "varlen"
+            for i in range(5):
+                batch = rng.choice((rng.randint(1, 300), rng.randint(100, 600)))
+                case = make_case(rng, g, variant, varlen, batch,
+                                 next_n=1 if varlen else 1 + i % 4, threads=64,
+                                 chunk=32 if variant == "chunked" else None,
+                                 length_kind=("edges", "mixed", "large")[i % 3],
+                                 index_kind=("runs", "long")[i % 2],
+                                 num_sms=rng.choice((3, 132, 700)))
+                source = render(case.plan.code)
+                broken = source
+                for pattern, repl in edits:
+                    broken, n = re.subn(pattern, repl, broken)
+                    if not n:
+                        pytest.skip(f"the sm100 source no longer contains {pattern!r}; "
+                                    "update MUTANTS")
+                cases.append(dataclasses.replace(case, source=broken))
+    check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
+    try:
+        outs = emulate_cases(cases, deadlock_s=20)
+    except EmulatorError:
+        return  # caught as a fault
+    assert mismatches(cases, outs), (f"mutant '{name}' produced the reference output on all "
+                                     f"{len(cases)} cases ({SEED_NOTE})")
+
+
+def test_sm100_sanitized():
+    """ASan + UBSan find nothing in the sm100 kernels (out-of-bounds shared or global
+    memory, misaligned 64-bit accesses, undefined behaviour)."""
+    rng, g = rngs("sanitize")
+    cases = []
+    for variant in ("static", "dynamic", "chunked"):
+        for varlen in (False, True):
+            cases.append(make_case(rng, g, variant, varlen, rng.randint(1, 200),
+                                   next_n=1 if varlen else rng.randint(1, 4), threads=64,
+                                   chunk=32 if variant == "chunked" else None))
+    try:
+        outs = emulate_cases(cases, sanitize="address,undefined")
+    except EmulatorError as exc:
+        if "-fsanitize" in str(exc) and "compil" in str(exc):
+            pytest.skip(f"g++ -fsanitize=address,undefined does not build here: {exc}")
+        pytest.fail(f"{exc}\n{SEED_NOTE}")
+    bad = mismatches(cases, outs)
+    assert not bad, f"{SEED_NOTE}\n" + "\n".join(bad)
