@@ -1,4 +1,4 @@
-"""Multi-GPU check (issue 6), all in one call on a machine with at least two GPUs:
+"""Multi-GPU check, all in one call on a machine with at least two GPUs:
 
     python scripts/multi_gpu_check.py          # prints a report; exit 0 when all hold
 
@@ -84,12 +84,14 @@ def main() -> int:
     import torch
 
     import jitmeta
+    from jitmeta import envs, kernels
     from jitmeta.jit import build as jit_build
     from jitmeta.jit import runtime
 
     n = torch.cuda.device_count()
     if n < 2:
-        print(f"needs two GPUs, found {n}: nothing was run (issue 6 stays blocked)")
+        print(f"needs two GPUs, found {n}: nothing was run (the multi-GPU check stays "
+              "blocked)")
         return 2
     failures = []
 
@@ -107,8 +109,10 @@ def main() -> int:
                                                           schedule=schedule)
                         if not torch.equal(got.cpu(), want):
                             failures.append(f"1: {batch} {next_n} {varlen} {schedule} cuda:{dev}")
-            keys = {jit_build.key_for(jitmeta.plan(b, nn, v, NUM_SMS[0], schedule=s,
-                                                   device=0).code)[0]
+            knobs = envs.snapshot()
+            keys = {jit_build.key_for(kernels.source(jitmeta.plan(b, nn, v, NUM_SMS[0],
+                                                                  schedule=s, device=0).code),
+                                      knobs)[0]
                     for b, nn, v, s in SHAPES}
             loaded = set(runtime.loaded_modules())
             for key in keys:

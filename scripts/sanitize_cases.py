@@ -23,11 +23,12 @@ def main() -> int:
           torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx)), flush=True)
     gen = torch.Generator().manual_seed(0)
     bad = 0
-    # every variant, the small-bucket block sizes, both default chunked slabs, and
-    # blocks with many slabs (chunk 1000: 300 slabs over at most 132 blocks)
+    # every variant, the small-bucket block sizes, the default chunked slabs, and
+    # blocks with many slabs (chunk 1024: 293 slabs over at most 132 blocks; the chunk
+    # knob is a power of two)
     cases = [("static", 1000, None), ("static", 4096, None), ("dynamic", 20000, None),
-             ("chunked", 70000, None), ("chunked", 300000, None), ("chunked", 300000, 1000),
-             ("chunked", 5000, 1000)]
+             ("chunked", 70000, None), ("chunked", 300000, None), ("chunked", 300000, 1024),
+             ("chunked", 5000, 1024), ("chunked", 5000, 32)]
     for variant, batch, chunk in cases:
         with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk):
             for varlen in (False, True):

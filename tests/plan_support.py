@@ -14,7 +14,6 @@ import os
 from jitmeta import kernels
 from jitmeta.envs import KNOBS, Knobs
 from jitmeta.heuristics.plan import plan as pure_planner
-from jitmeta.kernels import paged_mqa
 
 _env_seed = os.environ.get("JITMETA_TEST_SEED")
 SEED = int(_env_seed) if _env_seed else int.from_bytes(os.urandom(8), "little")
@@ -24,7 +23,7 @@ FORMATS = ("smxx", "sm90")
 KIB = 1024
 
 #: varlen -> the family's TileLayout (dense: 4-byte summaries; varlen: 16-byte ones)
-LAYOUT = {False: paged_mqa.layout("smxx", False), True: paged_mqa.layout("smxx", True)}
+LAYOUT = {False: kernels.layout("smxx", False), True: kernels.layout("smxx", True)}
 
 
 def knobs_of(**values) -> Knobs:
@@ -43,7 +42,7 @@ def pure_plan(batch, limits, knobs: Knobs, varlen=False, next_n=1, num_sms=132,
               split_kv=256, schedule="smxx"):
     """The pure planner itself, with an explicit snapshot and the family's layout."""
     return pure_planner(batch, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
-                        paged_mqa.layout(schedule, varlen))
+                        kernels.layout(schedule, varlen))
 
 # (batch, bucket, threads, dense bytes, varlen bytes) with the default 1024 threads:
 # threads = max(min(256, 1024), min(1024, bucket // 4)); bytes = 4 tile_words + scratch + 1024

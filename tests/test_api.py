@@ -209,7 +209,7 @@ BAD = [
     ("split_kv-str", dict(split_kv="256"), TypeError, "split_kv"),
     ("split_kv-not-multiple", dict(split_kv=100), ValueError, "block_kv"),
     # schedule
-    ("schedule-bad", dict(schedule="sm100"), ValueError, "schedule"),
+    ("schedule-bad", dict(schedule="sm120"), ValueError, "schedule"),
     ("schedule-case", dict(schedule="SMXX"), ValueError, "schedule"),
     ("schedule-None", dict(schedule=None), ValueError, "schedule"),
     # indices
@@ -264,8 +264,8 @@ def test_messages_say_what_was_given():
         _call(out=torch.zeros(4, 2, dtype=I32))
     with pytest.raises(ValueError, match="next_n = 2"):
         _call(context_lens=torch.ones(8, 2, dtype=I32), indices=torch.zeros(8, dtype=I32))
-    with pytest.raises(ValueError, match="'sm100'"):
-        _call(schedule="sm100")
+    with pytest.raises(ValueError, match="'sm120'"):
+        _call(schedule="sm120")
     with pytest.raises(TypeError, match="bool"):
         _call(num_sms=True)
 

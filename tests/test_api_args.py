@@ -62,7 +62,7 @@ def no_schedule_work(monkeypatch):
     (dict(batch=10, next_n=2, varlen=True), ValueError, ["next_n"]),
     (dict(batch=10, split_kv=0), ValueError, ["split_kv"]),
     (dict(batch=10, split_kv=2**31), ValueError, ["split_kv", str(MAX_SPLIT_KV)]),
-    (dict(batch=10, schedule="sm100"), ValueError, ["schedule", "'sm100'"]),
+    (dict(batch=10, schedule="sm120"), ValueError, ["schedule", "'sm120'"]),
     (dict(batch=10, schedule=None), ValueError, ["schedule"]),
     (dict(batch=10, arch="sm_90", device=0), ValueError, ["arch or device"]),
     (dict(batch=10, arch="gfx90a"), ValueError, ["gfx90a"]),
@@ -109,7 +109,7 @@ def test_device_on_cpu_only_torch_says_a_gpu_is_needed():
     (dict(num_sms=2**40), ValueError, "num_sms"),
     (dict(next_n=(0,)), ValueError, "next_n"),
     (dict(next_n=2), TypeError, "next_n"),
-    (dict(schedules=("sm100",)), ValueError, "schedules"),
+    (dict(schedules=("sm120",)), ValueError, "schedules"),
     pytest.param(dict(schedules="smxx"), TypeError, "schedules must be a sequence",
                  marks=pytest.mark.xfail(strict=True, reason="warm() turns the string into "
                                          "a tuple of characters before checking it (open)")),
@@ -147,7 +147,7 @@ def test_reference_schedule_checks_num_sms(num_sms, exc, words, no_schedule_work
     (dict(split_kv=2**40), ValueError, "split_kv"),
     (dict(split_kv=0), ValueError, "split_kv"),
     (dict(split_kv=256.0), TypeError, "split_kv"),
-    (dict(schedule="sm100"), ValueError, "schedule"),
+    (dict(schedule="sm120"), ValueError, "schedule"),
     (dict(schedule=["smxx"]), ValueError, "schedule"),
 ])
 def test_reference_schedule_checks_split_kv_and_schedule(kwargs, exc, name, no_schedule_work):

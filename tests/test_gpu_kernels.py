@@ -1,4 +1,4 @@
-"""GPU: every kernel variant bit-exact against the reference (issue 2's matrix).
+"""GPU: every kernel variant bit-exact against the reference (the variant matrix).
 
 Runs only where a CUDA GPU is present (marker ``gpu``); elsewhere each test is
 skipped with the reason shown by ``pytest -ra``.
@@ -14,6 +14,7 @@ import torch
 
 import jitmeta
 from jitmeta import envs
+from jitmeta.jit import launcher as jit_launcher
 
 pytestmark = [
     pytest.mark.gpu,
@@ -98,9 +99,10 @@ def test_variant_matrix(variant, mode, schedule):
     assert n_cases > 0
 
 
-@pytest.mark.parametrize("chunk", [32, 1000, 4096])
+@pytest.mark.parametrize("chunk", [32, 512, 4096])
 def test_chunked_small_tiles(chunk):
-    """Many slabs: carries (sums and varlen parities) cross slab boundaries often."""
+    """Many slabs: carries (sums and varlen parities) cross slab boundaries often
+    (JITMETA_CHUNK is a power of two from 32 to 65536)."""
     gen = torch.Generator().manual_seed(SEED + chunk)
     with envs.override(JITMETA_VARIANT="chunked", JITMETA_CHUNK=chunk):
         for batch in (chunk - 1, chunk, chunk + 1, 3 * chunk + 7, 20000):
@@ -115,7 +117,7 @@ def test_chunked_small_tiles(chunk):
 
 
 def test_seed_scenario():
-    """The issue's prefill: batch 8192, all lengths 4096, two tokens per request."""
+    """The seed scenario's prefill: batch 8192, all lengths 4096, two tokens per request."""
     ctx = torch.full((8192, 1), 4096, dtype=torch.int32, device="cuda")
     idx = (torch.arange(8192, device="cuda") // 2).to(torch.int32)
     got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, indices=idx)
@@ -163,11 +165,12 @@ def test_chunked_calls_queued_back_to_back():
 
 
 def test_chunked_with_a_capped_grid(monkeypatch):
-    """What a process with fewer SMs gets after a refused cooperative launch (api halves
-    the grid): blocks take several slabs each, results unchanged."""
+    """What a process with fewer SMs gets after a refused cooperative launch (the launcher
+    halves the grid): blocks take several slabs each, results unchanged."""
     gen = torch.Generator().manual_seed(SEED)
     for cap in (1, 5, 33):
-        monkeypatch.setitem(jitmeta.api._grid_caps, torch.cuda.current_device(), cap)
+        monkeypatch.setitem(jit_launcher._grid_caps, torch.cuda.current_device(), cap)
+        assert jit_launcher.grid_cap(torch.cuda.current_device()) == cap
         for batch, varlen in ((70000, True), (300000, False)):
             ctx = make_lengths("mixed", batch, 1, gen).cuda()
             idx = make_indices(batch, gen).cuda() if varlen else None
@@ -194,4 +197,23 @@ def test_bad_input_on_gpu_raises_not_faults():
     with pytest.raises(ValueError, match="out"):
         jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132,
                                               out=torch.empty(133, 2, dtype=torch.int32))
+    torch.cuda.synchronize()
+
+
+def test_value_checks_on_gpu_follow_the_knob():
+    """On CUDA the values are checked (with a synchronization) only with
+    JITMETA_CHECK_INPUTS=1; bad values then raise instead of launching."""
+    big = 2**31 - 1
+    neg = torch.tensor([[3], [-5], [7]], dtype=torch.int32, device="cuda")
+    over = torch.tensor([[big], [big], [big]], dtype=torch.int32, device="cuda")
+    with envs.override(JITMETA_CHECK_INPUTS="1"):
+        with pytest.raises(jitmeta.InputValueError, match="-5"):
+            jitmeta.get_paged_mqa_logits_metadata(neg, 64, 132)
+        with pytest.raises(jitmeta.InputValueError, match="4294967295"):
+            jitmeta.get_paged_mqa_logits_metadata(over, 1, 132, split_kv=1)
+        good = torch.tensor([[big], [big], [1]], dtype=torch.int32, device="cuda")
+        got = jitmeta.get_paged_mqa_logits_metadata(good, 1, 132, split_kv=1)
+        assert torch.equal(got, jitmeta.reference_schedule(good, 132, split_kv=1))
+    with envs.override(JITMETA_CHECK_INPUTS="0"):
+        jitmeta.get_paged_mqa_logits_metadata(neg, 64, 132)  # the caller's contract
     torch.cuda.synchronize()

@@ -1,4 +1,4 @@
-"""GPU: jitmeta the way serving engines run it (issue 5).
+"""GPU: jitmeta the way serving engines run it.
 
 CUDA-graph capture and replay with inputs changed in place; capture of an unwarmed
 configuration (CaptureCompileError, nothing compiled); chunked workspaces and capture
@@ -23,8 +23,9 @@ import pytest
 import torch
 
 import jitmeta
-from jitmeta import api, envs
-from jitmeta.jit import runtime
+from jitmeta import dispatch, envs, kernels
+from jitmeta.jit import build as jit_build
+from jitmeta.jit import runtime, workspace
 
 pytestmark = [
     pytest.mark.gpu,
@@ -191,7 +192,7 @@ def test_chunked_capture_streams_adopt_reserved_workspaces(monkeypatch):
     allocated in capture); with none left, CaptureCompileError; the next eager call
     reserves another."""
     dev = torch.cuda.current_device()
-    monkeypatch.setitem(api._spares, dev, [])  # start without spares from other tests
+    monkeypatch.setitem(workspace._spares, dev, [])  # start without spares from other tests
     gen = torch.Generator().manual_seed(SEED)
     sms = num_sms()
     with envs.override(JITMETA_VARIANT="chunked"):
@@ -202,11 +203,11 @@ def test_chunked_capture_streams_adopt_reserved_workspaces(monkeypatch):
         with torch.cuda.stream(a):
             get(ctx, 64, sms, idx, out=outs[0])  # eager: a's workspace, and one spare
         torch.cuda.synchronize()
-        assert len(api._spares[dev]) == 1
+        assert len(workspace._spares[dev]) == 1
         g1 = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g1, stream=b):
             get(ctx, 64, sms, idx, out=outs[1])
-        assert api._spares[dev] == []
+        assert workspace._spares[dev] == []
         g2 = torch.cuda.CUDAGraph()
         with pytest.raises(jitmeta.CaptureCompileError, match="workspace"):
             with torch.cuda.graph(g2, stream=c):
@@ -218,8 +219,9 @@ def test_chunked_capture_streams_adopt_reserved_workspaces(monkeypatch):
         g3 = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g3, stream=c):
             get(ctx, 64, sms, idx, out=outs[2])
-        assert api._workspaces[(dev, b.cuda_stream)].ptr != \
-            api._workspaces[(dev, c.cuda_stream)].ptr
+        on = workspace._workspaces
+        assert on[workspace.workspace_key(dev, b.cuda_stream)].ptr != \
+            on[workspace.workspace_key(dev, c.cuda_stream)].ptr
         for _ in range(5):
             ctx.copy_(host_lengths(gen, 40000, 1))
             g1.replay()
@@ -323,7 +325,9 @@ def test_16_threads_x_100_calls_mixed_shapes_compile_each_key_once(tmp_path):
     # compile them
     with envs.override(JITMETA_NVRTC_FLAGS=("-DJITMETA_THREADS_TEST=1",),
                        JITMETA_CACHE_DIR=str(tmp_path / "cache")):
-        keys = {jitmeta.jit.build.key_for(api.plan_for(b, n, v, sms, 256, s, 0).code)[0]
+        knobs = envs.snapshot()
+        keys = {jit_build.key_for(kernels.source(
+                    dispatch.plan_for(b, n, v, sms, 256, s, 0, knobs).code), knobs)[0]
                 for b, n, v in shapes for s in ("smxx", "sm90")}
         before = jitmeta.stats()["compiles"]
         barrier = threading.Barrier(16)
@@ -472,15 +476,17 @@ def test_tensor_on_cuda_1_runs_on_device_1():
     sms1 = num_sms(1)
     torch.cuda.set_device(0)
     ctx, idx = make_inputs(gen, 5000, 1, True, device="cuda:1")
-    cur = runtime._driver().cuCtxGetCurrent()[1]
+    cur = runtime._drv.cuCtxGetCurrent()[1]
     res = get(ctx, 64, sms1, idx)
     assert res.device == torch.device("cuda", 1)
     assert_exact(res, want(ctx, sms1, idx, "smxx"), "cuda:1 eager")
     assert torch.cuda.current_device() == 0
-    assert int(runtime._driver().cuCtxGetCurrent()[1]) == int(cur), "context left pushed"
-    key = jitmeta.jit.build.key_for(api.plan_for(5000, 1, True, sms1, 256, "smxx", 1).code)[0]
+    assert int(runtime._drv.cuCtxGetCurrent()[1]) == int(cur), "context left pushed"
+    knobs = envs.snapshot()
+    key = jit_build.key_for(kernels.source(
+        dispatch.plan_for(5000, 1, True, sms1, 256, "smxx", 1, knobs).code), knobs)[0]
     assert (1, key) in runtime.loaded_modules()
-    assert api.device_limits(1).sm_count == sms1
+    assert dispatch.device_limits(1).sm_count == sms1
     # the current stream of device 1 (not of the current device 0): capture proves it
     out = torch.full((sms1 + 1, 2), -1, dtype=I32, device="cuda:1")
     s1 = torch.cuda.Stream(device=1)

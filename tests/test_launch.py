@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import jitmeta
-from jitmeta import dispatch, envs
+from jitmeta import dispatch, envs, kernels
 from jitmeta.jit import launcher as jit_launcher
 from jitmeta.jit import runtime, workspace
 from jitmeta.kernels import paged_mqa
@@ -94,23 +94,23 @@ def test_workspace_keys():
 
 def test_schedule_call_derives_the_call_shape_from_its_plan():
     p = jitmeta.plan(70000, 1, True, 132, arch="sm_90")
-    call = paged_mqa.ScheduleCall.make(1, p, "e")
+    call = kernels.call(1, p, "e")
     assert (call.device, call.batch, call.next_n, call.num_sms) == (1, 70000, 1, 132)
     assert call.out_shape == (133, 2)
     # 70000 varlen: 69 slabs of 1024 at 256 threads, one cooperative launch
     launch = call.launch
     assert (launch.device, launch.function, launch.grid, launch.threads, launch.smem,
             launch.cooperative, launch.types) == (1, "e", 69, 256, 0, True, ARG_TYPES)
-    assert call.ws_words == paged_mqa.workspace_words(p) == 4 + 8 * 1024 + 69 * 4
+    assert isinstance(call, paged_mqa.ScheduleCall)
+    assert call.ws_words == kernels.workspace_words(p) == 4 + 8 * 1024 + 69 * 4
     # static and forced dynamic: no workspace, not cooperative, dynamic smem at launch
-    small = paged_mqa.ScheduleCall.make(0, jitmeta.plan(100, 2, arch="sm_90", num_sms=8),
-                                        "f")
+    small = kernels.call(0, jitmeta.plan(100, 2, arch="sm_90", num_sms=8), "f")
     assert (small.launch.grid, small.launch.cooperative, small.ws_words) == (1, False, 0)
     assert (small.batch, small.next_n, small.out_shape) == (100, 2, (9, 2))
     with envs.override(JITMETA_VARIANT="dynamic"):
         dyn = jitmeta.plan(9000, arch="sm_90")
-    call = paged_mqa.ScheduleCall(dyn, paged_mqa.ScheduleCall.make(0, dyn, "g").launch,
-                                  paged_mqa.workspace_words(dyn))
+    call = paged_mqa.ScheduleCall(dyn, kernels.call(0, dyn, "g").launch,
+                                  kernels.workspace_words(dyn))
     assert call.launch.smem == dyn.smem_dynamic_bytes == 4 * (9000 + 281 + 1)
     assert call.ws_words == 0 and call.launch.threads == 1024
 

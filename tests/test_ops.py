@@ -157,7 +157,7 @@ def test_fake_result_on_the_input_device(device):
     (dict(num_sms=0), ValueError, "num_sms"),
     (dict(block_kv=96), ValueError, "block_kv"),
     (dict(next_n=2, varlen=True), ValueError, "next_n"),
-    (dict(schedule="sm100"), ValueError, "schedule"),
+    (dict(schedule="sm120"), ValueError, "schedule"),
     (dict(out_rows=5), ValueError, "out"),
 ])
 def test_fake_implementation_validates(bad, exc, name):

@@ -144,12 +144,13 @@ import json, sys
 from importlib import resources
 from pathlib import Path
 import jitmeta
-from jitmeta.impls.render import render
+from jitmeta.jit.render import render
 from jitmeta.jit.compiler import CompileOptions, compile_cubin
 from jitmeta.jit.cubin_info import kernel_resources
+from jitmeta.kernels import source
 p = jitmeta.plan(100000, varlen=True, arch="sm_90")
-src = render(p.code)
-cubin = compile_cubin(src, CompileOptions.for_arch("sm_90")).cubin
+src = render(source(p.code))
+cubin = compile_cubin(src, CompileOptions(arch="sm_90")).cubin
 print(json.dumps({
     "jitmeta": jitmeta.__file__,
     "templates": str(resources.files("jitmeta.templates")),

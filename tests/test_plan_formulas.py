@@ -246,11 +246,12 @@ def test_sm90_limits_table():
 def test_family_layouts():
     """What the paged-MQA family tells the planner: 4-byte dense summaries, 16-byte varlen
     ones, 8-word block slots (the same in both formats)."""
-    from jitmeta.kernels import paged_mqa
+    from jitmeta import kernels
 
     for schedule in FORMATS:
-        assert paged_mqa.layout(schedule, False) == LAYOUT[False]
-        assert paged_mqa.layout(schedule, True) == LAYOUT[True]
+        assert kernels.layout(schedule, False) == LAYOUT[False]
+        assert kernels.layout(schedule, True) == LAYOUT[True]
+    assert LAYOUT[False].tile_align == LAYOUT[True].tile_align == 1  # words, unpadded
     assert (LAYOUT[False].summary_bytes, LAYOUT[False].slot_words) == (4, 8)
     assert (LAYOUT[True].summary_bytes, LAYOUT[True].slot_words) == (16, 8)
     for varlen in (False, True):
@@ -285,18 +286,19 @@ def test_formulas_equal_the_oracle():
 
 
 def test_family_workspace_words_of_a_plan():
-    """paged_mqa.workspace_words(plan): the formula for a chunked plan, 0 otherwise."""
-    from jitmeta.kernels import paged_mqa
+    """kernels.workspace_words(plan): the formula for a chunked plan, 0 otherwise."""
+    from jitmeta import kernels
 
     lim = limits_for_arch("sm_90")
     for batch, varlen in ((100, False), (70000, False), (70000, True), (2**24, True)):
         p = run_plan(batch, lim, varlen, knobs=Knobs())
         want = O.workspace(batch, p.code.capacity, varlen) if p.variant == "chunked" else 0
-        assert paged_mqa.workspace_words(p) == want, (batch, varlen)
+        assert kernels.workspace_words(p) == want, (batch, varlen)
     # 70000 varlen: 69 slabs of 1024 -> 4 + 8192 + 69 * 4 = 8472 words
-    assert paged_mqa.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) == 8472
+    assert kernels.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) == 8472
     dyn = run_plan(9000, lim, knobs=Knobs.from_values(JITMETA_VARIANT="dynamic"))
-    assert dyn.variant == "dynamic" and paged_mqa.workspace_words(dyn) == 0
+    assert dyn.variant == "dynamic" and kernels.workspace_words(dyn) == 0
     # a forced-dynamic plan may use the opt-in limit less its static part
-    assert paged_mqa.max_dynamic_smem(dyn, lim) == 232448 - 1168
-    assert paged_mqa.max_dynamic_smem(run_plan(100, lim, knobs=Knobs()), lim) == 0
+    fam = kernels.family("smxx")
+    assert fam.max_dynamic_smem(dyn, lim) == 232448 - 1168
+    assert fam.max_dynamic_smem(run_plan(100, lim, knobs=Knobs()), lim) == 0

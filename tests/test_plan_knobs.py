@@ -330,7 +330,7 @@ def test_overrides_read_from_environment(sm90, monkeypatch):
 
 def test_bad_plan_arguments(sm90):
     with pytest.raises(PlanError, match="schedule"):
-        run_plan(10, sm90, schedule="sm100")
+        run_plan(10, sm90, schedule="sm120")
     for kwargs in ({"batch": 0}, {"next_n": 0}, {"num_sms": 0}, {"split_kv": 0}):
         args = {"batch": 10, "next_n": 1, "num_sms": 4, "split_kv": 256} | kwargs
         with pytest.raises(PlanError, match=">= 1"):

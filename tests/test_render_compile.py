@@ -41,8 +41,11 @@ TEMPLATE = paged_mqa.TEMPLATE
 # what the family passes the template: the code's own parameters, the numbers the planner
 # assumed (checked by static_assert), and the packaged headers' text
 RENDER_VARS = {"code_name", "variant", "varlen", "schedule", "split_kv", "threads",
-               "capacity", "summary_bytes", "scratch_bytes", "slot_words", "max_grid",
-               "epoch_words", "tile_words", "headers"}
+               "capacity", "rows_are_tokens", "format_type", "summary_bytes",
+               "scratch_bytes", "slot_words", "max_grid", "epoch_words", "tile_words",
+               "headers"}
+# the engine, then the atom formats' header, inserted verbatim in this order
+HEADERS = (paged_mqa.ENGINE_HEADER, paged_mqa.FAMILY.header)
 
 
 def plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits):
@@ -259,13 +262,16 @@ def test_template_variables_are_exactly_the_rendered_ones():
     for code in _all_codes():
         source = kernels.source(code)
         assert set(dict(source.params)) | {"headers"} == RENDER_VARS, code.name
-        assert source.headers == paged_mqa.HEADERS == ("jitmeta_schedule.cuh",)
+        assert source.headers == HEADERS == ("jitmeta_engine.cuh", "jitmeta_schedule.cuh")
         assert (source.family, source.name, source.template, source.kernels, source.arch) \
-            == (paged_mqa.NAME, code.name, TEMPLATE, ("jitmeta_emit",), code.arch)
-    # the header is inserted verbatim: it holds no template syntax of its own
-    header = render_mod.header_text("jitmeta_schedule.cuh")
-    assert "{{" not in header and "{%" not in header
-    assert header in render(_all_codes()[0])
+            == (paged_mqa.FAMILY.name, code.name, TEMPLATE, ("jitmeta_emit",), code.arch)
+    # the headers are inserted verbatim, in order: no template syntax of their own
+    text = render(_all_codes()[0])
+    at = [text.index(render_mod.header_text(h)) for h in HEADERS]
+    assert at == sorted(at)
+    for h in HEADERS:
+        header = render_mod.header_text(h)
+        assert "{{" not in header and "{%" not in header, h
 
 
 def test_source_parameters_are_the_planners_numbers():
@@ -277,6 +283,11 @@ def test_source_parameters_are_the_planners_numbers():
         assert params["tile_words"] == O.tile_words(code.capacity)
         assert (params["slot_words"], params["max_grid"], params["epoch_words"]) \
             == (O.SLOT, O.MAX_BLOCKS, O.EPOCH)
+        # the atom formats: rows are atoms; the C++ format type carries the code
+        assert params["rows_are_tokens"] is False
+        assert params["format_type"] == (
+            f"jitmeta::Schedule<{code.threads}, {code.split_kv}u, "
+            f"{str(code.varlen).lower()}, {str(code.schedule == 'sm90').lower()}>")
         assert {k: params[k] for k in ("variant", "varlen", "schedule", "split_kv",
                                        "threads", "capacity")} \
             == {k: getattr(code, k) for k in ("variant", "varlen", "schedule", "split_kv",
@@ -291,7 +302,7 @@ def test_missing_template_variable_raises(missing):
     code = _plan_case(CASES[9]).code  # chunked: every variable is used
     assert code.variant == "chunked"
     values = dict(kernels.source(code).params)
-    values["headers"] = {h: render_mod.header_text(h) for h in paged_mqa.HEADERS}
+    values["headers"] = {h: render_mod.header_text(h) for h in HEADERS}
     template = render_mod._environment().get_template(TEMPLATE)
     assert template.render(**values) == render(code)
     del values[missing]
