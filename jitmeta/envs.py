@@ -207,7 +207,9 @@ def get(name: str) -> Any:
     if found:
         if raw is None:
             return knob.default
-        if not isinstance(raw, str):  # an already-typed value from override()
+        if isinstance(raw, (bool, int, float)):  # typed scalars are validated too
+            raw = str(raw)
+        elif not isinstance(raw, str):  # an already-typed value (e.g. a flag tuple)
             return raw
     else:
         raw = os.environ.get(name)
@@ -309,7 +311,10 @@ class Knobs:
     def from_values(cls, **values: Any) -> "Knobs":
         """A snapshot of the defaults with ``values`` (knob names, parsed like
         :func:`override`: strings are validated, other values taken as typed)."""
-        with override(**values):
+        for name in values:
+            if name not in KNOBS:
+                raise KeyError(f"unknown jitmeta knob {name!r}; known: {', '.join(KNOBS)}")
+        with override(**(dict.fromkeys(KNOBS) | values)):
             return _parse_all(tuple(_token_value(raw(n)) for n in KNOBS))
 
     def get(self, name: str) -> Any:

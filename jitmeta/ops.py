@@ -1,7 +1,8 @@
 """``jitmeta::paged_mqa_logits_metadata`` as PyTorch custom ops (``torch.library``).
 
-Two ops, registered when jitmeta is imported (and nothing else happens at import: no
-CUDA initialization, no directory, no environment read):
+Two ops, registered when this module is imported: by ``import jitmeta`` when torch is
+already imported, else by the first use of a torch-facing public name (and nothing else
+happens then: no CUDA initialization, no directory, no environment read):
 
 * ``torch.ops.jitmeta.paged_mqa_logits_metadata(context_lens, block_kv, num_sms,
   indices=None, split_kv=256, schedule="smxx", pdl=False) -> Tensor`` — a new

@@ -48,7 +48,8 @@ def int_arg(name: str, value: Any, lo: int = 1, hi: int | None = None,
     ``__index__``) pass; bools, floats and strings do not."""
     if symbolic and isinstance(value, torch.SymInt):
         return value
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    array = isinstance(value, torch.Tensor) or type(value).__name__ == "ndarray"
+    if isinstance(value, bool) or array or not hasattr(type(value), "__index__"):
         bounds = f">= {lo}" if hi is None else f"from {lo} to {hi}"
         raise TypeError(f"{name} must be an int {bounds}; got {describe(value)}")
     v = operator.index(value)

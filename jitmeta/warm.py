@@ -115,8 +115,9 @@ def warm(arch: str | Sequence[str] | None = None, *, device: int | None = None,
     capture) need no compile or load.
     """
     t0 = time.perf_counter()
-    schedules = kernels.SCHEDULES if schedules is None else tuple(schedules)
+    schedules = kernels.SCHEDULES if schedules is None else schedules
     _check_warm_args(num_sms, next_n, varlen, schedules, split_kv, jobs)
+    schedules = tuple(schedules)
     if isinstance(batches, str):
         batches = parse_batches(batches)
     knobs = envs.snapshot()

@@ -195,10 +195,7 @@ BAD = [
     ("num_sms-True", dict(num_sms=True), TypeError, "num_sms"),
     # a 0-d tensor has __index__; taking it would read (on CUDA: synchronize on) a
     # device value for a host-side size
-    pytest.param("num_sms-tensor", dict(num_sms=torch.tensor(4)), TypeError, "num_sms",
-                 marks=pytest.mark.xfail(strict=True, reason="validate.int_arg accepts a "
-                                         "0-d tensor through __index__ (open: reject "
-                                         "torch.Tensor there)")),
+    ("num_sms-tensor", dict(num_sms=torch.tensor(4)), TypeError, "num_sms"),
     # block_kv / split_kv
     ("block_kv-not-dividing", dict(block_kv=96), ValueError, "block_kv"),
     ("block_kv-larger", dict(block_kv=512), ValueError, "block_kv"),

@@ -358,8 +358,6 @@ def test_knobs_from_values(clean_env):
     assert envs.get("JITMETA_VARIANT") == "dynamic"  # no override left behind
 
 
-@pytest.mark.xfail(strict=True, reason="Knobs.from_values layers the values over the "
-                   "environment, not over the defaults its docstring promises (open)")
 def test_knobs_from_values_ignores_the_environment(clean_env):
     clean_env.setenv("JITMETA_VARIANT", "dynamic")
     assert Knobs.from_values(JITMETA_CHUNK=1024).variant is None

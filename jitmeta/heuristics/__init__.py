@@ -1,7 +1,8 @@
-"""Planning: device limits and the variant decision (pure Python, no GPU)."""
+"""Planning: device limits (``arch``) and the variant decision (``plan``); pure Python,
+no GPU, no environment."""
 
 from .arch import DeviceLimits, limits_for_arch, limits_from_device, normalize_arch
-from .plan import CodeSpec, Plan, PlanError, codes_for_batches, plan
+from .plan import CodeSpec, Plan, PlanError, TileLayout
 
 __all__ = ["DeviceLimits", "limits_for_arch", "limits_from_device", "normalize_arch",
-           "CodeSpec", "Plan", "PlanError", "codes_for_batches", "plan"]
+           "CodeSpec", "Plan", "PlanError", "TileLayout"]

@@ -196,31 +196,3 @@ def describe_plan(p: Plan) -> str:
             f"{'varlen' if c.varlen else 'non-varlen'}, {p.num_sms} SMs, format "
             f"{c.schedule}, split_kv {c.split_kv}, {c.arch})")
 
-
-# TEMPORARY shims (module-level names of the previous layout), removed once every
-# caller uses the registry (jitmeta.kernels.layout/source/workspace_words/call).
-def layout(schedule: str, varlen: bool) -> TileLayout:
-    from . import layout as _layout
-    return _layout(schedule, varlen)
-
-
-def source(code: CodeSpec) -> KernelSource:
-    from . import source as _source
-    return _source(code)
-
-
-def workspace_words(p: Plan) -> int:
-    from . import workspace_words as _ws
-    return _ws(p)
-
-
-def max_dynamic_smem(p: Plan, limits: DeviceLimits) -> int:
-    return TileScheduleFamily.max_dynamic_smem(p, limits)
-
-
-def _make(device: int, p: Plan, function: object) -> ScheduleCall:
-    from . import call
-    return call(device, p, function)
-
-
-ScheduleCall.make = staticmethod(_make)
