@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import jitmeta
-    from jitmeta import envs, kernels
-    from jitmeta.jit import build as jit_build
+    from jitmeta import dispatch
 
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plan: {p.variant} ({p.code.name}), {p.threads} threads, {p.smem_bytes} B smem"
           f" -- {p.reason}")
     t0 = time.perf_counter()
-    built = jit_build.build(kernels.source(p.code), envs.snapshot(), example=p.to_dict())
+    built = dispatch.build_plan(p)
     print(f"cubin: {len(built.cubin)} bytes for {p.code.arch}, from {built.source} in "
           f"{(time.perf_counter() - t0) * 1e3:.1f} ms; key {built.key[:16]}")
     got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, args.num_sms, indices=idx)

@@ -23,7 +23,7 @@ from .kernels.paged_mqa import describe_plan
 from .reference import reference_schedule
 from .validate import check_values, validate
 
-__all__ = ["device_limits", "plan_for", "prepare", "eager", "reset"]
+__all__ = ["device_limits", "plan_for", "build_plan", "prepare", "eager", "reset"]
 
 log = logging.getLogger("jitmeta")
 
@@ -48,6 +48,21 @@ def _capturing(device: int) -> bool:
     """Whether the current stream of CUDA ``device`` is capturing a CUDA graph."""
     with torch.cuda.device(device):
         return torch.cuda.is_current_stream_capturing()
+
+
+def build_plan(p: Plan, knobs: envs.Knobs | None = None, *, cache=None,
+               offline: bool | None = None) -> jit_build.Built:
+    """The cubin of plan ``p`` (memory, disk cache or NVRTC; no GPU needed). A miss
+    that cannot compile (offline, or no NVRTC) names the configuration and the warm
+    command that produces it."""
+    knobs = envs.snapshot() if knobs is None else knobs
+    fam = kernels.family(p.code.schedule)
+    disk = cache if cache is not None else jit_build.cache_for(knobs)
+    root = disk.root if disk is not None else None
+    return jit_build.build(fam.source(p.code), knobs, cache=disk, offline=offline,
+                           example=p.to_dict(),
+                           hint=fam.warm_command(p, knobs, cache_dir=root),
+                           what=describe_plan(p))
 
 
 # Loaded calls by (knobs, device, shape): ``prepare`` is idempotent per key. Bounded,
@@ -86,10 +101,7 @@ def prepare(device: int, batch: int, next_n: int, varlen: bool, num_sms: int,
                 "kernel. Warm it before capturing: run the same call once eagerly, or "
                 f"jitmeta.warm(device={device}, load=True, batches=...) at start-up (the "
                 f"cubin alone, no GPU needed: {fam.warm_command(p, knobs)})")
-        root = disk.root if disk is not None else None
-        built = jit_build.build(src, knobs, cache=disk, example=p.to_dict(),
-                                hint=fam.warm_command(p, knobs, cache_dir=root),
-                                what=describe_plan(p))
+        built = build_plan(p, knobs, cache=disk)
         mod = runtime.load_module(device, built.key, built.cubin, built.names,
                                   fam.max_dynamic_smem(p, device_limits(device)))
     call = fam.call(device, p, mod.functions[src.kernels[0]])

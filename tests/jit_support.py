@@ -1,15 +1,15 @@
 """Short ways for the cache, CLI and bundle tests to build a planned code.
 
-They go through the same calls as ``jitmeta.dispatch.prepare``: the family's
-``KernelSource``, a knob snapshot taken now (so ``envs.override`` around a call steers
-it), the plan as the entry's example and the family's warm command as the miss hint.
+They go through the same calls as ``jitmeta.dispatch.prepare`` (``build_plan``: the
+family's ``KernelSource``, the plan as the entry's example and the family's warm command
+as the miss hint), under a knob snapshot taken now (so ``envs.override`` around a call
+steers it).
 """
 
 from __future__ import annotations
 
-from jitmeta import envs, kernels
+from jitmeta import dispatch, envs, kernels
 from jitmeta.jit import build as jit_build
-from jitmeta.kernels.paged_mqa import describe_plan
 
 __all__ = ["build", "key_for", "warm_command", "plan"]
 
@@ -22,16 +22,14 @@ def warm_command(p, cache_dir=None) -> str:
 
 
 def build(code, p=None, *, cache=None, offline=None):
-    """``jit.build`` of ``code`` under the knobs in effect now."""
-    knobs = envs.snapshot()
-    disk = cache if cache is not None else jit_build.cache_for(knobs)
-    hint = what = None
+    """The cubin of ``code`` under the knobs in effect now: through
+    ``dispatch.build_plan`` when a plan is given (what a call would do), else straight
+    through ``jit.build``."""
     if p is not None:
-        hint = warm_command(p, cache_dir=disk.root if disk is not None else None)
-        what = describe_plan(p)
-    return jit_build.build(kernels.source(code), knobs, cache=cache, offline=offline,
-                           example=p.to_dict() if p is not None else None, hint=hint,
-                           what=what)
+        assert p.code == code
+        return dispatch.build_plan(p, cache=cache, offline=offline)
+    return jit_build.build(kernels.source(code), envs.snapshot(), cache=cache,
+                           offline=offline)
 
 
 def key_for(code) -> tuple:

@@ -243,12 +243,12 @@ _NO_NVRTC = r"""
 import json, sys
 sys.modules["cuda.bindings.nvrtc"] = None  # what an install without NVRTC looks like
 import jitmeta
-from jitmeta.jit import build as jit_build
+from jitmeta import dispatch
 from jitmeta.jit.compiler import nvrtc_available, nvrtc_version
 p = jitmeta.plan(int(sys.argv[1]), varlen=True, arch="sm_90")
 out = {"available": nvrtc_available(), "version": nvrtc_version()}
 try:
-    built = jit_build.build(p.code, p)
+    built = dispatch.build_plan(p)
     out["source"] = built.source
 except jitmeta.NvrtcUnavailableError as exc:
     out["error"] = str(exc)

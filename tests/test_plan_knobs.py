@@ -12,6 +12,7 @@ import pytest
 
 import jitmeta
 from jitmeta import envs, kernels
+from jitmeta.envs import Knobs
 from jitmeta.heuristics.plan import PlanError
 
 import plan_oracle as O
@@ -123,9 +124,13 @@ def test_threads_override(sm90):
 
 @pytest.mark.parametrize("threads", [48, 2048, 1056])
 def test_bad_threads_override_raises(sm90, threads):
-    with envs.override(JITMETA_THREADS=threads):
-        with pytest.raises(PlanError, match="JITMETA_THREADS"):
+    # the environment refuses these values (EnvError); the planner refuses them too when
+    # a snapshot built by hand carries them
+    with pytest.raises(envs.EnvError, match="JITMETA_THREADS"):
+        with envs.override(JITMETA_THREADS=threads):
             run_plan(10, sm90)
+    with pytest.raises(PlanError, match="JITMETA_THREADS"):
+        run_plan(10, sm90, knobs=Knobs(threads=threads))
 
 
 def test_chunk_override(sm90):
