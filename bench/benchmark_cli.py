@@ -1,45 +1,59 @@
 """Start-up time of the ``jitmeta-cache`` command line (every call is a new process).
 
-Times ``jitmeta-cache --help`` and ``jitmeta-cache --cache-dir D info`` (plus
-``plan --arch`` and ``ls``) in fresh processes, several runs each after one warm-up
-run (so the OS file cache is warm), and records the median and spread as JSON under
-``docs/benchmarks/`` (``<date>-<host>-cli.json``). Also records whether each command
-imported torch (it should not: torch alone costs ~1.6 s on a 2-core machine).
+Times ``jitmeta-cache --help``, ``info``, ``ls`` (on an empty temporary cache) and
+``plan --arch`` in fresh processes, ``--runs`` times each after one untimed warm-up
+run (so the OS file cache and the .pyc files are warm), and the interpreter floor
+(``python -c pass``, same interpreter). Also records which heavy modules each command
+imports (torch should never be one: it alone costs ~1.6 s on a 2-core machine).
 
-    python bench/benchmark_cli.py [--runs 9] [--out docs/benchmarks] [--script PATH]
+Writes ``docs/benchmarks/<date>-cpu-cli.json`` (or ``--out DIR``), a record of kind
+``cpu-cli`` that bench/make_tables.py turns into the README's start-up sentence, the
+CLI table and the targets table. Milliseconds of wall time per call (min / median /
+max over the runs). Run it on a quiet machine (it records the load average).
 
-The target is < 0.3 s per call on a 2-core machine; it is reported, not asserted.
+    python bench/benchmark_cli.py [--runs 11] [--out DIR] [--script PATH]
+
+The target is a median under 300 ms per call on a 2-core machine; it is reported (the
+targets table), not asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
-import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-TARGET_S = 0.3
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import records  # noqa: E402  (bench/, next to this file)
+
+TARGET_MS = 300.0
+CACHE = "<cache>"  # stands for the temporary cache directory in the recorded argv
+# (name shown in the tables, arguments after jitmeta-cache)
+COMMANDS = (
+    ("--help", ["--help"]),
+    ("info", ["--cache-dir", CACHE, "info"]),
+    ("ls", ["--cache-dir", CACHE, "ls"]),
+    ("plan --arch", ["plan", "--batch", "8192", "--varlen", "--arch", "sm_90"]),
+)
+HEAVY = ("torch", "numpy", "cuda.bindings.driver")
 
 # imported-module probe: run the CLI's main() in-process and report heavy imports
 _PROBE = ("import contextlib, io, sys\n"
           "from jitmeta.cache_tools.cli import main\n"
           "with contextlib.redirect_stdout(io.StringIO()):\n"
           "    code = main(sys.argv[1:])\n"
-          "print(' '.join(m for m in ('torch', 'numpy', 'cuda.bindings.driver')"
-          " if m in sys.modules) or '-')\n")
+          f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules) or '-')\n")
 
 
-def _script(path: str | None) -> list[str]:
-    """The command prefix: the console script next to this interpreter, else -m."""
+def script_prefix(path: str | None) -> list[str]:
+    """The command prefix: ``path``, else the console script next to this interpreter
+    (the checkout's own when run with its venv), else PATH, else ``python -m``."""
     if path:
         return [path]
     found = Path(sys.executable).with_name("jitmeta-cache")
@@ -49,84 +63,97 @@ def _script(path: str | None) -> list[str]:
     return [found] if found else [sys.executable, "-m", "jitmeta.cache_tools.cli"]
 
 
-def _time(cmd: list[str], runs: int, env: dict) -> dict:
+def shown_prefix(prefix: list[str]) -> str:
+    """How the record names the launcher, without machine paths."""
+    if prefix[1:2] == ["-m"]:
+        return "python -m jitmeta.cache_tools.cli"
+    return records.portable(prefix[0])
+
+
+def time_ms(cmd: list[str], runs: int, env: dict) -> list[float]:
+    """Wall milliseconds of ``runs`` fresh processes of ``cmd`` (after one warm-up)."""
     def once() -> float:
         t0 = time.perf_counter()
         res = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             env=env, text=True)
-        dt = time.perf_counter() - t0
+                             env=env, text=True, timeout=600)
+        dt = (time.perf_counter() - t0) * 1e3
         if res.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr}")
+            raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: "
+                               f"{res.stderr[-2000:]}")
         return dt
 
     once()  # warm-up: page cache, .pyc files
-    samples = [once() for _ in range(runs)]
-    return {"median_s": round(statistics.median(samples), 4),
-            "min_s": round(min(samples), 4), "max_s": round(max(samples), 4),
-            "stdev_s": round(statistics.stdev(samples), 4) if runs > 1 else 0.0,
-            "runs": runs, "samples_s": [round(s, 4) for s in samples]}
+    return [once() for _ in range(runs)]
 
 
-def _heavy_imports(argv: list[str], env: dict) -> list[str]:
+def heavy_imports(argv: list[str], env: dict) -> list[str]:
     res = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True,
-                         text=True, env=env)
+                         text=True, env=env, timeout=600)
     if res.returncode != 0:
-        raise SystemExit(f"import probe failed for {argv}: {res.stderr}")
+        raise RuntimeError(f"import probe failed for {argv}: {res.stderr[-2000:]}")
     last = res.stdout.strip().splitlines()[-1]
     return [] if last == "-" else last.split()
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=9, help="timed runs per command (default 9)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" /
-                                         "benchmarks"),
-                    help="directory for the JSON record (default docs/benchmarks)")
+    ap.add_argument("--runs", type=int, default=11,
+                    help="timed runs per command (default 11)")
+    ap.add_argument("--out", default=None,
+                    help="directory for the record (default docs/benchmarks)")
     ap.add_argument("--script", help="the jitmeta-cache executable (default: next to "
                                      "this Python, then PATH, then python -m)")
     args = ap.parse_args(argv)
     if args.runs < 1:
-        ap.error(f"--runs must be >= 1, got {args.runs}")
+        ap.error(f"--runs must be >= 1; got {args.runs}")
 
-    prefix = _script(args.script)
-    cache = tempfile.mkdtemp(prefix="jitmeta-bench-cli-")
+    prefix = script_prefix(args.script)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITMETA_")}
-    commands = {
-        "--help": ["--help"],
-        "info": ["--cache-dir", cache, "info"],
-        "ls": ["--cache-dir", cache, "ls"],
-        "plan --arch": ["plan", "--batch", "8192", "--varlen", "--arch", "sm_90"],
-    }
-    results = {}
+    load_before = os.getloadavg()
+    cache = tempfile.mkdtemp(prefix="jitmeta-bench-cli-")
+    rows = []
     try:
-        for name, cli_args in commands.items():
-            r = _time(prefix + cli_args, args.runs, env)
-            r["imports"] = _heavy_imports(cli_args, env)
-            r["meets_target"] = r["median_s"] < TARGET_S
-            results[name] = r
-            print(f"jitmeta-cache {name:<12} median {r['median_s'] * 1e3:7.1f} ms  "
-                  f"[{r['min_s'] * 1e3:.1f} .. {r['max_s'] * 1e3:.1f}]  heavy imports: "
-                  f"{' '.join(r['imports']) or 'none'}")
-        baseline = _time([sys.executable, "-c", "pass"], args.runs, env)
-        print(f"python -c pass        median {baseline['median_s'] * 1e3:7.1f} ms  "
-              "(interpreter floor)")
+        for name, shown_args in COMMANDS:
+            cli_args = [cache if a == CACHE else a for a in shown_args]
+            samples = time_ms(prefix + cli_args, args.runs, env)
+            imports = heavy_imports(cli_args, env)
+            ms = records.spread(samples)
+            rows.append({"name": name, "argv": " ".join(["jitmeta-cache", *shown_args]),
+                         "ms": ms, "heavy_imports": imports,
+                         "meets_target": ms["median"] < TARGET_MS})
+            print(f"jitmeta-cache {name:<12} median {ms['median']:7.1f} ms  "
+                  f"[{ms['min']:.1f} .. {ms['max']:.1f}]  heavy imports: "
+                  f"{' '.join(imports) or 'none'}", flush=True)
+        floor = records.spread(time_ms([sys.executable, "-c", "pass"], args.runs, env))
+        print(f"python -c pass        median {floor['median']:7.1f} ms  (interpreter floor)")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
-    from jitmeta._version import __version__
+    meta = records.base_meta(argv, "benchmark_cli.py")
+    meta.update(device=f"CPU: {_cpu_model()}", cpus=os.cpu_count(),
+                load_average_before=[round(x, 2) for x in load_before],
+                load_average_after=[round(x, 2) for x in os.getloadavg()],
+                dry_run=False, launcher=shown_prefix(prefix), runs=args.runs,
+                warmup_runs=1, target_ms=TARGET_MS)
+    record = {"schema": records.SCHEMA, "kind": "cpu-cli", "meta": meta,
+              "floor": {"argv": "python -c pass", "ms": floor},
+              "commands": rows}
+    out_dir = args.out or records.REPO / "docs" / "benchmarks"
+    path = records.write_record(record, out_dir, f"{meta['date']}-cpu-cli.json")
+    import make_tables
 
-    record = {
-        "date": datetime.date.today().isoformat(), "host": platform.node(),
-        "cpus": os.cpu_count(), "python": platform.python_version(),
-        "jitmeta": __version__, "command": prefix, "target_s": TARGET_S,
-        "interpreter_floor": baseline, "commands": results,
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    host = re.sub(r"[^A-Za-z0-9_.-]", "_", platform.node()) or "host"
-    path = out / f"{record['date']}-{host}-cli.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {path}")
+    print(make_tables.cli_sentence(path.name, record))
+    print(f"record: {path}")
     return 0
 
 

@@ -7,7 +7,8 @@ A file's generated parts sit between ``<!-- generated:NAME -->`` and
     python bench/make_tables.py           # rewrite the regions
     python bench/make_tables.py --check   # exit 1 if a region differs from the records
 
-The current record of each kind (``gpu-metadata``, ``gpu-host``, ``cpu-nvrtc``) is
+The current record of each kind (``gpu-metadata``, ``gpu-host``, ``cpu-nvrtc``,
+``cpu-cli``) is
 the newest by file name (they start with the date); docs/benchmarks should hold one
 of each (history lives in git). Dry-run records are refused.
 """
@@ -26,7 +27,7 @@ import records  # noqa: E402  (bench/, next to this file)
 
 RECORDS_DIR = Path("docs") / "benchmarks"
 FILES = (Path("README.md"), Path("docs") / "benchmarks" / "README.md")
-KINDS = ("gpu-metadata", "gpu-host", "cpu-nvrtc")
+KINDS = ("gpu-metadata", "gpu-host", "cpu-nvrtc", "cpu-cli")
 REGION = re.compile(r"(<!-- generated:([\w-]+) -->\n)(.*?)(<!-- /generated:\2 -->)", re.S)
 OPEN = re.compile(r"<!-- (/?)generated:([\w-]+) -->")
 
@@ -345,6 +346,41 @@ def region_nvrtc(found: dict) -> str:
         table(["variant", "ms (min-max)"], rows, "lr")])
 
 
+def cli_sentence(name: str | None, rec: dict | None) -> str:
+    """One line: the median start-up of each ``jitmeta-cache`` command of the record."""
+    if rec is None:
+        return ("Start-up of `jitmeta-cache` in a fresh process: no record yet "
+                "(`python bench/benchmark_cli.py` writes it).")
+    cmds = ", ".join(f"`{c['name']}` {fnum(med(c['ms']), 0)} ms" for c in rec["commands"])
+    return (f"Start-up of a `jitmeta-cache` call in a fresh process on a "
+            f"{rec['meta']['cpus']}-core CPU, medians ({_source(name, rec)}): {cmds}; "
+            f"the Python interpreter alone takes {fnum(med(rec['floor']['ms']), 0)} ms.")
+
+
+def region_cli_startup(found: dict) -> str:
+    return cli_sentence(*current(found, "cpu-cli"))
+
+
+def region_cli(found: dict) -> str:
+    name, rec = current(found, "cpu-cli")
+    if rec is None:
+        return cli_sentence(None, None)
+    m = rec["meta"]
+    rows = [[f"`{c['argv']}`", fspread(c["ms"], 1), ", ".join(c["heavy_imports"]) or "none",
+             "yes" if c["meets_target"] else "NO"] for c in rec["commands"]]
+    rows.append([f"`{rec['floor']['argv']}` (interpreter floor)",
+                 fspread(rec["floor"]["ms"], 1), "-", "-"])
+    return "\n".join([
+        cli_sentence(name, rec),
+        f"{m['device']}, Python {m['python']}, jitmeta {m['jitmeta']}; launcher "
+        f"`{m['launcher']}`; {m['runs']} timed runs per command after "
+        f"{m['warmup_runs']} warm-up run; `<cache>` is an empty temporary cache directory. "
+        f"Load average before / after: {m['load_average_before'][0]} / "
+        f"{m['load_average_after'][0]}.", "",
+        table(["command", "ms (min-max)", "heavy modules imported",
+               f"median < {fnum(m['target_ms'], 0)} ms"], rows, "lrll")])
+
+
 # target label, figure, limit, unit
 def _rows_where(rec, pred):
     return [r for r in rec["rows"] if pred(r)] if rec else []
@@ -360,6 +396,7 @@ def region_targets(found: dict) -> str:
     _, gpu = current(found, "gpu-metadata")
     _, host = current(found, "gpu-host")
     _, nv = current(found, "cpu-nvrtc")
+    _, cli = current(found, "cpu-cli")
     out = []
 
     def where(r):
@@ -405,12 +442,19 @@ def region_targets(found: dict) -> str:
     v = med(c["ms"]) if c and c.get("ms") else None
     out.append(["first call, fresh process, warm disk cache <= 5 ms", f"{fnum(v)} ms",
                 verdict(v, 5)])
+    v, c = _worst((cli or {}).get("commands", []), lambda c: med(c["ms"]))
+    limit = cli["meta"]["target_ms"] if cli else 300
+    out.append([f"`jitmeta-cache` call, fresh process, < {fnum(limit, 0)} ms median, "
+                f"{cli['meta']['cpus'] if cli else 2}-core CPU",
+                "- ms" if v is None else f"{fnum(v, 0)} ms (`{c['name']}`)",
+                "no record" if v is None else ("met" if v < limit else "missed")])
     return table(["target", "measured (worst case)", "verdict"], out)
 
 
 REGIONS = {"performance": region_performance, "records": region_records,
            "gpu-table": region_gpu_table, "touch": region_touch, "tuning": region_tuning,
-           "host": region_host, "nvrtc": region_nvrtc, "targets": region_targets}
+           "host": region_host, "nvrtc": region_nvrtc, "targets": region_targets,
+           "cli": region_cli, "cli-startup": region_cli_startup}
 
 
 # --- files --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import jitmeta
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
+import benchmark_cli  # noqa: E402
 import benchmark_host  # noqa: E402
 import benchmark_metadata  # noqa: E402
 import benchmark_nvrtc  # noqa: E402
@@ -255,3 +256,40 @@ def test_nvrtc_script_on_a_subset_writes_a_record_the_generator_refuses(tmp_path
     rec["meta"]["subset"] = False
     found = {"gpu-metadata": [], "gpu-host": [], "cpu-nvrtc": [("n.json", rec)]}
     assert "1 variants" in make_tables.region_nvrtc(found)
+
+
+# --- CLI start-up script ------------------------------------------------------------------
+
+def test_cli_script_writes_a_cpu_cli_record_the_generator_renders(tmp_path, capsys):
+    assert benchmark_cli.main(["--runs", "1", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("*-cpu-cli.json")
+    text = path.read_text(encoding="utf-8")
+    assert not records.machine_paths(text), "the temporary cache path leaked"
+    rec = json.loads(text)
+    assert rec["schema"] == records.SCHEMA and rec["kind"] == "cpu-cli"
+    meta = rec["meta"]
+    for key in ("date", "command", "commit", "python", "jitmeta", "cpus", "device"):
+        assert key in meta
+    assert meta["command"] == "python bench/benchmark_cli.py --runs 1 --out <path>"
+    assert [c["name"] for c in rec["commands"]] == [n for n, _ in benchmark_cli.COMMANDS]
+    info = next(c for c in rec["commands"] if c["name"] == "info")
+    assert info["argv"] == "jitmeta-cache --cache-dir <cache> info"
+    for c in rec["commands"]:
+        assert c["ms"]["n"] == 1 and c["ms"]["median"] > rec["floor"]["ms"]["median"] > 0
+        assert c["meets_target"] == (c["ms"]["median"] < meta["target_ms"])
+        assert "torch" not in c["heavy_imports"], f"{c['argv']} imports torch"
+    found = make_tables.load_records(tmp_path)
+    assert [n for n, _ in found["cpu-cli"]] == [path.name]
+    assert "--help" in capsys.readouterr().out
+    # a slow command shows as missed, with its name, in the targets table
+    slow = copy.deepcopy(rec)
+    slow["commands"][1]["ms"] = {"min": 400.0, "median": 450.0, "max": 500.0, "n": 1}
+    found = {"gpu-metadata": [], "gpu-host": [], "cpu-nvrtc": [], "cpu-cli": [("c.json", slow)]}
+    targets = make_tables.region_targets(found)
+    assert "| 450 ms (`info`) | missed |" in targets
+    assert "`info` 450 ms" in make_tables.region_cli_startup(found)
+    assert "| `jitmeta-cache --cache-dir <cache> info` | 450.0 (400.0-500.0) |" in \
+        make_tables.region_cli(found)
+    found["cpu-cli"] = []
+    assert "no record yet" in make_tables.region_cli_startup(found)
+    assert "| - ms | no record |" in make_tables.region_targets(found)
