@@ -111,13 +111,15 @@ def variants(cli_argv: list[str]):
 
 def worker(cli_argv: list[str], repeats: int, first_only: bool) -> dict:
     """Compile the variants; prints nothing else than the JSON it returns."""
+    from jitmeta import kernels
+    from jitmeta.envs import Knobs
     from jitmeta.jit import build as jit_build
     from jitmeta.jit.compiler import compile_cubin
 
     todo = variants(cli_argv)
     if first_only:
         name, code = todo[0]
-        _, source, options, _ = jit_build.key_for(code)
+        _, source, options = jit_build.key_for(kernels.source(code), Knobs())
         t0 = time.perf_counter()
         compile_cubin(source, options)
         return {"name": name, "ms": (time.perf_counter() - t0) * 1e3}
@@ -126,7 +128,7 @@ def worker(cli_argv: list[str], repeats: int, first_only: bool) -> dict:
     touch.compile_floors("sm_90")
     out = []
     for name, code in todo:
-        _, source, options, _ = jit_build.key_for(code)
+        _, source, options = jit_build.key_for(kernels.source(code), Knobs())
         out.append({"name": name, "samples": [compile_cubin(source, options).seconds * 1e3
                                               for _ in range(repeats)]})
     return {"variants": out}

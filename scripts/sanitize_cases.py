@@ -1,4 +1,4 @@
-"""Exercise every kernel variant once (dense and varlen, both formats) for
+"""Exercise every kernel variant once (dense and varlen, every format) for
 compute-sanitizer: `compute-sanitizer --tool memcheck python scripts/sanitize_cases.py`."""
 
 import sys
@@ -32,7 +32,8 @@ def main() -> int:
     for variant, batch, chunk in cases:
         with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk):
             for varlen in (False, True):
-                for schedule, num_sms in (("smxx", 4096), ("sm90", 1), ("smxx", 132)):
+                for schedule, num_sms in (("smxx", 4096), ("sm90", 1), ("smxx", 132),
+                                          ("sm100", 132), ("sm100", 4096)):
                     next_n = 1 if varlen else 3
                     ctx = torch.randint(0, 5000, (batch, next_n), generator=gen,
                                         dtype=torch.int32).cuda()
@@ -47,9 +48,10 @@ def main() -> int:
                           f"{schedule} num_sms={num_sms:5d} {'ok' if ok else 'MISMATCH'}")
     # all-zero lengths at a multiple of 32 (an upstream kernel faults there)
     z = torch.zeros(1024, 1, dtype=torch.int32, device="cuda")
-    ok = torch.equal(jitmeta.get_paged_mqa_logits_metadata(z, 64, 132),
-                     jitmeta.reference_schedule(z, 132))
-    bad += not ok
+    for schedule in jitmeta.SCHEDULES:
+        ok = torch.equal(jitmeta.get_paged_mqa_logits_metadata(z, 64, 132, schedule=schedule),
+                         jitmeta.reference_schedule(z, 132, schedule=schedule))
+        bad += not ok
     torch.cuda.synchronize()
     print("sanitize cases:", "all ok" if not bad else f"{bad} MISMATCHES")
     return 1 if bad else 0

@@ -71,7 +71,7 @@ def check(ctx: torch.Tensor, num_sms: int, idx, schedule: str, what: str) -> Non
         pytest.fail(f"{what}: mismatch at rows (row, got, want) {rows}; seed={SEED}")
 
 
-@pytest.mark.parametrize("schedule", ["smxx", "sm90"])
+@pytest.mark.parametrize("schedule", ["smxx", "sm90", "sm100"])
 @pytest.mark.parametrize("mode", ["next_n=1", "next_n=2", "next_n=3", "next_n=4",
                                   "next_n=5", "next_n=6", "varlen"])
 @pytest.mark.parametrize("variant", ["static", "dynamic", "chunked"])
@@ -111,7 +111,7 @@ def test_chunked_small_tiles(chunk):
                 idx = make_indices(batch, gen).cuda() if varlen else None
                 if varlen and batch > 100:  # one run spanning several slabs
                     idx[10:batch - 10] = 7
-                for schedule in ("smxx", "sm90"):
+                for schedule in jitmeta.SCHEDULES:
                     check(ctx, 132, idx, schedule,
                           f"chunk={chunk} batch={batch} varlen={varlen} {schedule}")
 
@@ -120,15 +120,18 @@ def test_seed_scenario():
     """The seed scenario's prefill: batch 8192, all lengths 4096, two tokens per request."""
     ctx = torch.full((8192, 1), 4096, dtype=torch.int32, device="cuda")
     idx = (torch.arange(8192, device="cuda") // 2).to(torch.int32)
-    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, indices=idx)
-    assert torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx))
+    for schedule in jitmeta.SCHEDULES:
+        got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, indices=idx,
+                                                    schedule=schedule)
+        assert torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx,
+                                                           schedule=schedule)), schedule
 
 
 def test_batch_2p20_varlen_default_plan():
     gen = torch.Generator().manual_seed(SEED)
     ctx = make_lengths("mixed", 2**20, 1, gen).cuda()
     idx = make_indices(2**20, gen).cuda()
-    for schedule in ("smxx", "sm90"):
+    for schedule in jitmeta.SCHEDULES:
         check(ctx, 132, idx, schedule, f"2^20 varlen {schedule}")
 
 
@@ -141,8 +144,34 @@ def test_batch_2p24_blocks_with_many_slabs():
         idx = make_indices(2**24, gen).cuda() if varlen else None
         assert jitmeta.plan(2**24, next_n, varlen, 132).grid == 128
         for num_sms in (132, 4096):
-            check(ctx, num_sms, idx, "smxx", f"2^24 next_n={next_n} varlen={varlen} "
-                  f"num_sms={num_sms}")
+            for schedule in ("smxx", "sm100"):
+                check(ctx, num_sms, idx, schedule, f"2^24 next_n={next_n} "
+                      f"varlen={varlen} num_sms={num_sms} {schedule}")
+
+
+@pytest.mark.parametrize("variant", ["static", "dynamic", "chunked"])
+def test_sm100_runs_and_64bit_work(variant):
+    """sm100 edges on every variant: one run covering the whole batch, every token its
+    own run, runs crossing slabs, and work sums past 2^32 (no uint32 wrap)."""
+    gen = torch.Generator().manual_seed(SEED + 100)
+    with envs.override(JITMETA_VARIANT=variant):
+        for batch in (1, 32, 1000, 8192):
+            if variant == "chunked":
+                batch *= 9
+            long = torch.full((batch, 1), 2**31 - 1, dtype=torch.int32)
+            cases = {
+                "one run": (make_lengths("mixed", batch, 1, gen),
+                            torch.zeros(batch, dtype=torch.int32)),
+                "every token alone": (make_lengths("split_edges", batch, 1, gen),
+                                      torch.arange(batch, dtype=torch.int32)),
+                "past 2^32": (long, (torch.arange(batch) // 7).to(torch.int32)),
+            }
+            for what, (ctx, idx) in cases.items():
+                for num_sms in (1, 132, 4100):
+                    check(ctx.cuda(), num_sms, idx.cuda(), "sm100",
+                          f"sm100 {variant} {what} batch={batch} num_sms={num_sms}")
+            dense = torch.full((batch, 3), 2**31 - 1, dtype=torch.int32).cuda()
+            check(dense, 132, None, "sm100", f"sm100 {variant} dense past 2^32 b={batch}")
 
 
 def test_chunked_calls_queued_back_to_back():
@@ -158,10 +187,15 @@ def test_chunked_calls_queued_back_to_back():
     torch.cuda.synchronize()
     outs = [jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, idx)
             for _ in range(20) for ctx, idx, _ in inputs]
+    # sm100 (a larger workspace slot) queued on the same stream between them
+    mixed = [jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, idx, schedule="sm100")
+             for ctx, idx, _ in inputs]
     torch.cuda.synchronize()
     for i, got in enumerate(outs):
         ctx, idx, want = inputs[i % len(inputs)]
         assert torch.equal(got, want), f"call {i} ({shapes[i % len(shapes)]}); seed={SEED}"
+    for (ctx, idx, _), got in zip(inputs, mixed):
+        assert torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx, schedule="sm100"))
 
 
 def test_chunked_with_a_capped_grid(monkeypatch):
@@ -174,7 +208,9 @@ def test_chunked_with_a_capped_grid(monkeypatch):
         for batch, varlen in ((70000, True), (300000, False)):
             ctx = make_lengths("mixed", batch, 1, gen).cuda()
             idx = make_indices(batch, gen).cuda() if varlen else None
-            check(ctx, 132, idx, "smxx", f"grid cap {cap} batch={batch} varlen={varlen}")
+            for schedule in jitmeta.SCHEDULES:
+                check(ctx, 132, idx, schedule,
+                      f"grid cap {cap} batch={batch} varlen={varlen} {schedule}")
 
 
 def test_out_and_current_stream():

@@ -47,6 +47,9 @@ CASES = [
     ("chunked", 100000, 1, False, "smxx"),
     ("chunked", 70000, 1, True, "sm90"),
     ("chunked", 5000, 4, False, "sm90"),
+    ("static", 3000, 1, True, "sm100"),
+    ("dynamic", 20000, 3, False, "sm100"),
+    ("chunked", 70000, 1, True, "sm100"),
 ]
 CASE_IDS = [f"{v}-b{b}-n{n}-{'varlen' if vl else 'dense'}-{s}" for v, b, n, vl, s in CASES]
 
@@ -316,7 +319,7 @@ def test_16_threads_x_100_calls_mixed_shapes_compile_each_key_once(tmp_path):
     cases = []
     for batch, next_n, varlen in shapes:
         ctx, idx = make_inputs(gen, batch, next_n, varlen)
-        for schedule in ("smxx", "sm90"):
+        for schedule in jitmeta.SCHEDULES:
             cases.append((ctx, idx, schedule, want(ctx, sms, idx, schedule)))
     outs = [[torch.empty(sms + 1, 2, dtype=I32, device="cuda") for _ in cases]
             for _ in range(16)]
@@ -328,7 +331,7 @@ def test_16_threads_x_100_calls_mixed_shapes_compile_each_key_once(tmp_path):
         knobs = envs.snapshot()
         keys = {jit_build.key_for(kernels.source(
                     dispatch.plan_for(b, n, v, sms, 256, s, 0, knobs).code), knobs)[0]
-                for b, n, v in shapes for s in ("smxx", "sm90")}
+                for b, n, v in shapes for s in jitmeta.SCHEDULES}
         before = jitmeta.stats()["compiles"]
         barrier = threading.Barrier(16)
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import driver as _cuda_driver
 
+from .source import POINTER, UINT32  # the argument kinds launch() packs
+
 __all__ = ["DriverError", "CaptureCompileError", "LoadedModule", "KernelParams",
            "load_module", "get_module", "loaded_modules", "launch", "allocate",
            "primary_context", "device_context", "make_current", "pop_current",
@@ -44,8 +46,6 @@ class CaptureCompileError(RuntimeError):
 COOPERATIVE_LAUNCH_TOO_LARGE = 720
 
 
-POINTER = ctypes.c_void_p  # a device pointer argument (8 bytes)
-UINT32 = ctypes.c_uint32   # an unsigned int argument (4 bytes)
 
 _lock = threading.RLock()  # load_module holds it while primary_context takes it
 _contexts: dict[int, object] = {}

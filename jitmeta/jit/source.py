@@ -8,10 +8,16 @@ cache key (given the same compile options).
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["KernelSource"]
+__all__ = ["KernelSource", "POINTER", "UINT32"]
+
+# The kinds of kernel arguments a launch packs (jit.runtime.launch): a family lists its
+# kernel's signature with them; defined here so that describing a kernel needs no driver.
+POINTER = ctypes.c_void_p  # a device pointer argument (8 bytes)
+UINT32 = ctypes.c_uint32   # an unsigned int argument (4 bytes)
 
 
 def _frozen(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

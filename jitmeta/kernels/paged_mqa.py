@@ -24,9 +24,7 @@ from ..heuristics.arch import DeviceLimits
 from ..heuristics.plan import (EPOCH_WORDS, MAX_GRID, CodeSpec, Plan, TileLayout,
                                codes_for_batches as _codes, plan as _plan, smem_scratch,
                                tile_words, workspace_words as _ws_words)
-from ..jit import runtime
-from ..jit.launcher import Launch
-from ..jit.source import KernelSource
+from ..jit.source import POINTER, UINT32, KernelSource
 
 __all__ = ["TileScheduleFamily", "FAMILY", "TEMPLATE", "ENGINE_HEADER", "KERNEL",
            "ARG_TYPES", "ScheduleCall"]
@@ -34,8 +32,7 @@ __all__ = ["TileScheduleFamily", "FAMILY", "TEMPLATE", "ENGINE_HEADER", "KERNEL"
 TEMPLATE = "paged_mqa_metadata.cu.j2"
 ENGINE_HEADER = "jitmeta_engine.cuh"
 KERNEL = "jitmeta_emit"
-ARG_TYPES = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
-             runtime.UINT32, runtime.POINTER, runtime.POINTER)
+ARG_TYPES = (POINTER, POINTER, UINT32, UINT32, UINT32, POINTER, POINTER)
 
 
 @dataclass(frozen=True)
@@ -109,6 +106,8 @@ class TileScheduleFamily:
 
     def call(self, device: int, p: Plan, function: object) -> "ScheduleCall":
         """The loaded call of ``p`` (arguments in the kernel's order, launch geometry)."""
+        from ..jit.launcher import Launch  # the driver is needed only to launch
+
         return ScheduleCall(p, Launch(device, function, p.grid, p.threads,
                                       p.smem_dynamic_bytes, p.variant == "chunked",
                                       ARG_TYPES), self.workspace_words(p))
@@ -144,7 +143,7 @@ class ScheduleCall:
     """
 
     plan: Plan
-    launch: Launch
+    launch: "Launch"
     ws_words: int
     # derived from ``plan`` (one shape): what the hot path reads without a lookup
     device: int = field(init=False, repr=False)

@@ -2,8 +2,8 @@
 
 from .core import (Case, Emulator, EmulatorError, Launch, compiler, emulate, emulate_cases,
                    emulate_many, get_emulator, kernel_names_in, prebuild, prepare_source,
-                   recorded_launches)
+                   recorded_launches, render)
 
 __all__ = ["Case", "Emulator", "EmulatorError", "Launch", "compiler", "emulate",
            "emulate_cases", "emulate_many", "get_emulator", "kernel_names_in", "prebuild",
-           "prepare_source", "recorded_launches"]
+           "prepare_source", "recorded_launches", "render"]
