@@ -9,8 +9,8 @@ packed ``kernelParams`` and with a ``(values, types)`` tuple.
 
 The breakdown also has, on any machine, everything of the CUDA path except the driver
 and the CUDA allocator, measured on the real code with a stand-in driver whose calls
-cost one Python call each, next to the same figures for the code before the fast path
-(its knob reads, validation, cache key and tuple conversion of kernel arguments).
+cost one Python call each. ``--no-breakdown`` runs the loops alone, through the public
+API only (so the same script also measures an older version of the package).
 Without a GPU (and without ``--dry-run``) only that part runs and is printed.
 
     python bench/benchmark_host.py [--out DIR | --json FILE] [--dry-run]
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import jitmeta
-from jitmeta import api, envs
+from jitmeta import envs
 from jitmeta.jit import runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -144,33 +144,35 @@ def fmt_spread(t) -> str:
 
 
 def gpu_parts() -> dict:
-    """What the parts of the eager call cost on the GPU machine (static launcher)."""
+    """What the parts of the eager call cost on the GPU machine (a static plan)."""
+    from jitmeta import dispatch, kernels
+
     dev = torch.cuda.current_device()
     gpu_sync = torch.cuda.synchronize
     out = torch.empty(NUM_SMS + 1, 2, dtype=I32, device="cuda")
-    # the parts, on the static launcher
     ctx = torch.randint(0, 5000, (128, 1), dtype=I32, device="cuda")
-    launcher = api.prepare(dev, 128, 1, False, NUM_SMS, 256, "smxx")
-    stream = api._raw_stream(dev)
+    call = dispatch.prepare(dev, 128, 1, False, NUM_SMS, 256, "smxx")
+    stream = dispatch._raw_stream(dev)
     args = (ctx.data_ptr(), 0, 128, 1, NUM_SMS, out.data_ptr(), 0)
-    driver = runtime._driver()
+    fn, threads, types = call.launch.function, call.launch.threads, call.launch.types
     parts = {
-        "knob snapshot + state": per_call_us(lambda: api._states.get(api._call_token())),
+        "knob snapshot + state": per_call_us(
+            lambda: dispatch._states.get(envs.snapshot())),
         "torch.cuda.current_stream(d).cuda_stream":
             per_call_us(lambda: torch.cuda.current_stream(dev).cuda_stream),
-        "raw current stream (used)": per_call_us(lambda: api._raw_stream(dev)),
+        "raw current stream (used)": per_call_us(lambda: dispatch._raw_stream(dev)),
         "runtime.make_current (already current)": per_call_us(
             lambda: runtime.make_current(dev)),
         "ctx.new_empty (CUDA caching allocator)": per_call_us(
             lambda: ctx.new_empty((NUM_SMS + 1, 2)), 2000),
         "runtime.launch, packed kernelParams (used)": per_call_us(
-            lambda: runtime.launch(launcher.emit, 1, launcher.threads, 0, stream, args,
-                                   api._EMIT_TYPES), 200, 15, gpu_sync),
-        "cuLaunchKernel, (values, types) tuple (before)": per_call_us(
-            lambda: driver.cuLaunchKernel(launcher.emit, 1, 1, 1, launcher.threads, 1, 1, 0,
-                                          stream, (args, api._EMIT_TYPES), 0), 200, 15,
+            lambda: runtime.launch(fn, 1, threads, 0, stream, args, types), 200, 15,
             gpu_sync),
+        "cuLaunchKernel, (values, types) tuple": per_call_us(
+            lambda: runtime._drv.cuLaunchKernel(fn, 1, 1, 1, threads, 1, 1, 0, stream,
+                                                (args, types), 0), 200, 15, gpu_sync),
     }
+    assert kernels.workspace_words(call.plan) == 0
     torch.cuda.synchronize()
     return parts
 
@@ -192,55 +194,50 @@ class _NullDriver:
 
 
 def cpu_figures() -> dict:
-    """The CUDA path's Python work on CPU tensors, driver and CUDA allocator excluded."""
-    from cuda.bindings import driver as real
+    """The CUDA path's Python work on CPU tensors, driver and CUDA allocator excluded:
+    the eager call's own steps, measured on the real code with a stand-in driver."""
+    from jitmeta import dispatch, kernels
 
     ctx = torch.randint(0, 5000, (128, 1), dtype=I32)
     out = torch.empty(NUM_SMS + 1, 2, dtype=I32)
     p = jitmeta.plan(128, 1, False, NUM_SMS, arch="sm_90")
-    launcher = api.Launcher(device=0, plan=p, emit="jitmeta_emit", cooperative=False,
-                            threads=p.threads, grid=p.grid, dyn_smem=0, ws_words=0)
-    state = api._CallState(False)  # private: never seen by real calls
-    saved = (runtime._drv, dict(runtime._context_ids), api._raw_stream)
+    call = kernels.call(0, p, "jitmeta_emit")
+    state = dispatch._CallState(envs.snapshot())  # private: never seen by real calls
+    saved = (runtime._drv, dict(runtime._context_ids), dispatch._raw_stream)
     runtime._drv = _NullDriver()
     runtime._context_ids[0] = 0x1000
-    api._raw_stream = lambda device: 0
+    dispatch._raw_stream = lambda device: 0
     try:
-        run_eager = per_call_us(lambda: api._run(launcher, state, ctx, None, None, False))
-        run_out = per_call_us(lambda: api._run(launcher, state, ctx, None, out, False))
+        run_eager = per_call_us(lambda: dispatch._run(call, state, ctx, None, None, False))
+        run_out = per_call_us(lambda: dispatch._run(call, state, ctx, None, out, False))
     finally:
-        runtime._drv, api._raw_stream = saved[0], saved[2]
+        runtime._drv, dispatch._raw_stream = saved[0], saved[2]
         runtime._context_ids.clear()
         runtime._context_ids.update(saved[1])
     key = (0, ctx.shape, None, NUM_SMS, 64, 256, "smxx")
-    state.calls[key] = launcher
+    state.calls[key] = call
     is_cpu, int32, tensor = "is_cpu", I32, torch.Tensor
 
-    def fast_checks(out=None):  # _eager's checks, with is_cpu standing in for is_cuda
+    def fast_checks(out=None):  # eager()'s checks, with is_cpu standing in for is_cuda
         c = ctx
         if (type(c) is tensor and getattr(c, is_cpu) and c.dtype is int32
                 and c.is_contiguous() and type(NUM_SMS) is int and type(64) is int
                 and type(256) is int and type("smxx") is str and type(False) is bool):
             dev = c.get_device()
-            launcher = state.calls.get((0 if dev < 0 else dev, c.shape, None, NUM_SMS, 64,
-                                        256, "smxx"))
-            return launcher is not None and (
+            found = state.calls.get((0 if dev < 0 else dev, c.shape, None, NUM_SMS, 64,
+                                     256, "smxx"))
+            return found is not None and (
                 out is None or (type(out) is tensor and getattr(out, is_cpu)
-                                and out.dtype is int32 and out.shape == launcher.out_shape
+                                and out.dtype is int32 and out.shape == found.out_shape
                                 and out.get_device() == dev and out.is_contiguous()
                                 and not out.data_ptr() & 7))
         return False
 
     def entry():
-        token = api._call_token()
-        return api._states.get(token) or api._new_state(token)
+        knobs = envs.snapshot()
+        return dispatch._states.get(knobs) or dispatch._state(knobs)
 
-    plan_knobs = api._PLAN_KNOBS
-    old_launchers = {(0, 128, 1, False, NUM_SMS, 256, "smxx",
-                      tuple(envs.raw(n) for n in plan_knobs)): launcher}
-    args = (ctx.data_ptr(), 0, 128, 1, NUM_SMS, out.data_ptr(), 0)
-    helper = real._HelperKernelParams
-    after = {
+    steps = {
         "is_compiling()": per_call_us(torch.compiler.is_compiling),
         "knob snapshot + state lookup": per_call_us(entry),
         "fast-path checks + key lookup": per_call_us(fast_checks),
@@ -248,38 +245,13 @@ def cpu_figures() -> dict:
         "_run incl. new_empty (CPU) + packing, null driver": run_eager,
         "_run with out=, null driver": run_out,
     }
-    before = {
-        "knob token (envs.raw x 9)": per_call_us(
-            lambda: tuple(envs.raw(n) for n in plan_knobs)),
-        "envs.get(JITMETA_CHECK_INPUTS)": per_call_us(
-            lambda: envs.get("JITMETA_CHECK_INPUTS")),
-        "validate()": per_call_us(
-            lambda: api.validate(ctx, 64, NUM_SMS, None, None, 256, "smxx")),
-        "validate() with out=": per_call_us(
-            lambda: api.validate(ctx, 64, NUM_SMS, None, out, 256, "smxx")),
-        "prepare() cache key + lookup": per_call_us(
-            lambda: old_launchers.get((0, 128, 1, False, NUM_SMS, 256, "smxx",
-                                       tuple(envs.raw(n) for n in plan_knobs)))),
-        "torch.empty(..., device=) (CPU)": per_call_us(
-            lambda: torch.empty((NUM_SMS + 1, 2), dtype=I32, device=ctx.device)),
-        "(values, types) -> kernelParams in cuda.bindings": per_call_us(
-            lambda: helper((args, api._EMIT_TYPES))),
-    }
     totals = {
-        "after: eager": after["is_compiling()"] + after["knob snapshot + state lookup"]
-        + after["fast-path checks + key lookup"] + run_eager,
-        "after: out=": after["is_compiling()"] + after["knob snapshot + state lookup"]
-        + after["fast-path checks + key lookup (out=)"] + run_out,
-        # the old call: validate, envs.get, prepare's key (9 knob reads), allocation,
-        # tuple conversion (its stream, context and driver calls are not counted)
-        "before: eager": before["validate()"] + before["envs.get(JITMETA_CHECK_INPUTS)"]
-        + before["prepare() cache key + lookup"] + before["torch.empty(..., device=) (CPU)"]
-        + before["(values, types) -> kernelParams in cuda.bindings"],
-        "before: out=": before["validate() with out="]
-        + before["envs.get(JITMETA_CHECK_INPUTS)"] + before["prepare() cache key + lookup"]
-        + before["(values, types) -> kernelParams in cuda.bindings"],
+        "eager": steps["is_compiling()"] + steps["knob snapshot + state lookup"]
+        + steps["fast-path checks + key lookup"] + run_eager,
+        "out=": steps["is_compiling()"] + steps["knob snapshot + state lookup"]
+        + steps["fast-path checks + key lookup (out=)"] + run_out,
     }
-    return {"after": after, "before": before, "totals": totals}
+    return {"steps": steps, "totals": totals}
 
 
 def main(argv=None) -> int:
@@ -298,7 +270,7 @@ def main(argv=None) -> int:
         print("no CUDA GPU: only the stand-in-driver breakdown (--dry-run makes the GPU "
               "loops' calls on the CPU)", file=sys.stderr)
         cpu = cpu_figures()
-        for section in ("after", "before", "totals"):
+        for section in ("steps", "totals"):
             print(f"\nCPU, {section}")
             for name, us in cpu[section].items():
                 print(f"  {name:55s} {us:8.3f} us")
@@ -319,8 +291,7 @@ def main(argv=None) -> int:
     if not args.no_breakdown and not dry:
         record["parts"] = gpu_parts()
         record["cpu"] = cpu_figures()
-        for section, tab in [("CPU, after", record["cpu"]["after"]),
-                             ("CPU, before", record["cpu"]["before"]),
+        for section, tab in [("CPU, steps", record["cpu"]["steps"]),
                              ("CPU, totals", record["cpu"]["totals"]),
                              ("GPU, parts", record["parts"])]:
             print(f"\n{section}")

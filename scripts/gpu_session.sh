@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Everything jitmeta checks on the GPU machine, in one call (device tool):
-#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [bench] [racecheck]
+# Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
+#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [hostcmp] [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
-# Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried).
+# Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
+# "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp" needs an earlier version
+# of the package unpacked in .before/ (git archive REV | tar -x -C .before).
 set -u -o pipefail
 OUT=${OUT:-$PWD/.device-out}; mkdir -p "$OUT"
 stages=${*:-tests memcheck bench racecheck}
@@ -48,6 +50,26 @@ for stage in $stages; do
       timeout ${JITMETA_BENCH_TIMEOUT:-270} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
       rc=$((rc | ${PIPESTATUS[0]}))
       timeout ${JITMETA_BENCH_HOST_TIMEOUT:-60} python3 "$repo/bench/benchmark_host.py" --out "$OUT" 2>&1 | tee "$OUT/bench-host.log" | tail -25
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
+    hostcmp)
+      # host cost per eager call, this version against the one in .before/, the same
+      # script (public API only, --no-breakdown), alternating, twice each
+      rm -rf /tmp/site-before
+      python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+          --no-cache-dir --target /tmp/site-before "$repo"/.whl/*.whl "$repo/.before" > /tmp/install-before.log 2>&1 \
+          || { cat /tmp/install-before.log; rc=1; continue; }
+      for i in 1 2; do
+        for which in before after; do
+          site=/tmp/site; [ $which = before ] && site=/tmp/site-before
+          JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which PYTHONPATH=$site timeout 120 \
+              python3 "$repo/bench/benchmark_host.py" --no-breakdown \
+              --json "$OUT/hostcmp-$which-$i.json" > "$OUT/hostcmp-$which-$i.log" 2>&1
+          r=$?; echo "hostcmp $which run $i: exit $r"; grep "^host" "$OUT/hostcmp-$which-$i.log"
+          rc=$((rc | r))
+        done
+      done ;;
+    cu12)
+      (cd "$repo" && PYTHONPATH= bash scripts/cu12_smoke.sh) 2>&1 | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
   esac
 done
