@@ -152,15 +152,15 @@ def _has(module, dotted: str) -> bool:
 def compile_only(report: Report) -> None:
     """Without a GPU: build (NVRTC 12, fresh cache) one cubin per variant and format."""
     import jitmeta
-    from jitmeta.heuristics.plan import SCHEDULES
-    from jitmeta.jit import build as jit_build
+    from jitmeta import dispatch
+    from jitmeta.kernels import SCHEDULES
 
     for schedule in SCHEDULES:
         for varlen in (False, True):
             for batch in (1000, 8192, 100000):
                 p = jitmeta.plan(batch, 1, varlen, 132, schedule=schedule, arch="sm_90")
                 t0 = time.perf_counter()
-                built = jit_build.build(p.code, p)
+                built = dispatch.build_plan(p)
                 ok = built.cubin.startswith(b"\x7fELF") and \
                     built.meta["nvrtc_version"] == _nvrtc()
                 report.case(f"compile {p.code.name}", ok,
@@ -198,7 +198,7 @@ def run_gpu_cases(report: Report, seed: int) -> None:
     import torch
 
     import jitmeta
-    from jitmeta.heuristics.plan import SCHEDULES
+    from jitmeta.kernels import SCHEDULES
 
     def check(name, ctx, idx, num_sms, schedule):
         try:
