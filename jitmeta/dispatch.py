@@ -120,10 +120,11 @@ class _CallState:
     """Per knob snapshot: the served configurations (key -> loaded call) of the fast
     path. A configuration is remembered only after validate() accepted it."""
 
-    __slots__ = ("knobs", "calls", "lock")
+    __slots__ = ("knobs", "check_inputs", "calls", "lock")
 
     def __init__(self, knobs: envs.Knobs):
         self.knobs = knobs
+        self.check_inputs = knobs.check_inputs
         self.calls: dict[tuple, object] = {}
         self.lock = threading.Lock()
 
@@ -221,7 +222,7 @@ def _slow(state, c, block_kv, num_sms, indices, out, split_kv, schedule, pdl):
 def _run(call, state: _CallState, c, indices, out, pdl):
     """Launch a validated call on the current stream of the tensor's device."""
     dev = call.device
-    if state.knobs.check_inputs:
+    if state.check_inputs:
         _check_in_call(call, c, indices)
     stream = _raw_stream(dev)
     if out is None:

@@ -68,6 +68,19 @@ for stage in $stages; do
           rc=$((rc | r))
         done
       done ;;
+    profile)
+      # cProfile of eager calls, this version and the one in .before/ (see hostcmp)
+      [ -d /tmp/site-before/jitmeta ] || python3 -m pip install -q --no-index --no-deps \
+          --no-build-isolation --no-compile --no-cache-dir --target /tmp/site-before \
+          "$repo"/.whl/*.whl "$repo/.before" > /tmp/install-before.log 2>&1
+      for which in before after; do
+        site=/tmp/site; [ $which = before ] && site=/tmp/site-before
+        for extra in "" "--out-arg"; do
+          echo "== profile $which $extra"
+          PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which timeout 120 \
+              python3 "$repo/bench/profile_call.py" $extra 2>&1 | tee -a "$OUT/profile-$which.log"
+        done
+      done ;;
     cu12)
       (cd "$repo" && PYTHONPATH= bash scripts/cu12_smoke.sh) 2>&1 | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;

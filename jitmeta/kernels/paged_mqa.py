@@ -151,18 +151,34 @@ class ScheduleCall:
     next_n: int = field(init=False, repr=False)
     num_sms: int = field(init=False, repr=False)
     out_shape: tuple[int, int] = field(init=False, repr=False)
+    # a plain launch, bound once: (runtime.launch, function, grid, threads, smem), or
+    # None for a cooperative one (which goes through Launch and its grid retry)
+    direct: tuple | None = field(init=False, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "device", self.launch.device)
-        object.__setattr__(self, "batch", self.plan.batch)
-        object.__setattr__(self, "next_n", self.plan.next_n)
-        object.__setattr__(self, "num_sms", self.plan.num_sms)
-        object.__setattr__(self, "out_shape", (self.plan.num_sms + 1, 2))
+        set_ = object.__setattr__
+        set_(self, "device", self.launch.device)
+        set_(self, "batch", self.plan.batch)
+        set_(self, "next_n", self.plan.next_n)
+        set_(self, "num_sms", self.plan.num_sms)
+        set_(self, "out_shape", (self.plan.num_sms + 1, 2))
+        direct = None
+        if not self.launch.cooperative:
+            from ..jit.runtime import launch  # loaded by now: the call was just built
+
+            lc = self.launch
+            direct = (launch, lc.function, lc.grid, lc.threads, lc.smem)
+        set_(self, "direct", direct)
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, out_ptr: int, stream: int,
                  ws_ptr: int, pdl: bool) -> None:
-        self.launch((ctx_ptr, idx_ptr, self.batch, self.next_n, self.num_sms, out_ptr,
-                     ws_ptr), stream, pdl)
+        args = (ctx_ptr, idx_ptr, self.batch, self.next_n, self.num_sms, out_ptr, ws_ptr)
+        direct = self.direct
+        if direct is None:
+            self.launch(args, stream, pdl)
+            return
+        launch, fn, grid, threads, smem = direct
+        launch(fn, grid, threads, smem, stream, args, ARG_TYPES, pdl)
 
 
 def warm_command(p: Plan, knobs: Knobs, cache_dir=None) -> str:

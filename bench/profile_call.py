@@ -1,0 +1,67 @@
+"""Where the host time of one eager call goes: cProfile over many calls, public API only.
+
+    python bench/profile_call.py [--calls N] [--varlen] [--batch B] [--out-arg]
+
+Prints the functions with the most own time per call (microseconds, profiler overhead
+included: compare versions with the same script, not with the loops of
+benchmark_host.py). Needs a CUDA GPU. Works with any version of the package (it uses
+only ``jitmeta.get_paged_mqa_logits_metadata``), so two versions can be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+
+import torch
+
+import jitmeta
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--varlen", action="store_true")
+    ap.add_argument("--out-arg", action="store_true", help="pass a preallocated out=")
+    ap.add_argument("--top", type=int, default=18)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    ctx = torch.randint(1, 8193, (args.batch, 1), dtype=torch.int32, device="cuda")
+    idx = (torch.arange(args.batch, device="cuda") // 2).to(torch.int32) \
+        if args.varlen else None
+    out = torch.empty(133, 2, dtype=torch.int32, device="cuda") if args.out_arg else None
+    get = jitmeta.get_paged_mqa_logits_metadata
+
+    def calls(n):
+        for _ in range(n):
+            get(ctx, 64, 132, idx, out=out)
+
+    calls(100)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    calls(args.calls)
+    plain = (time.perf_counter() - t0) * 1e6 / args.calls
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    calls(args.calls)
+    prof.disable()
+    torch.cuda.synchronize()
+    print(f"jitmeta {jitmeta.__version__}: {plain:.2f} us per call without the profiler")
+    stats = pstats.Stats(prof)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:args.top]
+    for (file, line, name), (cc, nc, tt, ct, _) in rows:
+        where = f"{file.rsplit('/', 2)[-2:] and '/'.join(file.rsplit('/', 2)[-2:])}:{line}"
+        print(f"{tt * 1e6 / args.calls:8.3f} us own {ct * 1e6 / args.calls:8.3f} us cum "
+              f"{nc / args.calls:5.1f}x  {name}  ({where})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
