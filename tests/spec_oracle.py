@@ -1,10 +1,12 @@
-"""A deliberately naive, line-by-line pure-Python reading of SPEC section 2.
+"""A deliberately naive, line-by-line pure-Python reading of the schedule semantics
+(docs/schedule.md).
 
 This is the tests' independent oracle for :func:`jitmeta.reference_schedule`. It
 uses only plain lists and ints (no torch, no numpy), masks every addition and
 multiplication to uint32 exactly as the kernel's arithmetic does, forms varlen atoms
 with a serial greedy loop and finds each SM's start with a linear upper-bound scan.
-It is written for clarity, not speed; each step is tagged with its SPEC step number.
+It is written for clarity, not speed; its steps are numbered in the order
+docs/schedule.md describes them.
 
 Format "sm100" (its own numbered steps) sums work in 64 bits: its oracle uses plain,
 unbounded Python ints and never masks.
@@ -28,7 +30,7 @@ def ceil_div_u32(x: int, d: int) -> int:
 
 
 def start_of(s: int, total: int, num_sms: int, schedule: str) -> int:
-    """SPEC section 2, non-varlen step 4 (also varlen step 3): start(s)."""
+    """Non-varlen step 4 (also varlen step 3): start(s)."""
     q_ = total // num_sms  # step 4: q_ = total // S
     r = total % num_sms  # step 4: r = total % S
     if schedule == "smxx":
@@ -203,7 +205,7 @@ def _schedule_sm100(context_lens, num_sms, indices, split_kv):
 
 
 def spec_schedule(context_lens, num_sms, indices=None, split_kv=256, schedule="smxx"):
-    """The SPEC section 2 schedule: ``num_sms + 1`` ``(q, kv)`` tuples (uint32 values;
+    """The schedule: ``num_sms + 1`` ``(q, kv)`` tuples (uint32 values;
     for "sm100" exact integers).
 
     ``context_lens`` is a list of lists ``[batch][next_n]`` of ints (a flat list of

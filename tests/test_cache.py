@@ -1,4 +1,4 @@
-"""The disk cache under real files and real processes (SPEC section 5; issue 3).
+"""The disk cache under real files and real processes (docs/cache.md).
 
 No filesystem mocks: entries are compiled by NVRTC, corrupted byte by byte, raced by
 eight processes, killed with SIGKILL, made read-only for a non-root user and

@@ -1,4 +1,4 @@
-"""``jitmeta-cache`` (SPEC section 6): subcommands, JSON shapes, exit codes.
+"""``jitmeta-cache`` (docs/design.md, README): subcommands, JSON shapes, exit codes.
 
 Most tests call :func:`jitmeta.cache_tools.cli.main` in-process (fast); a few run
 the installed console script as a real process.

@@ -1,4 +1,4 @@
-"""``jitmeta.reference_schedule`` against the naive SPEC section 2 oracle.
+"""``jitmeta.reference_schedule`` against the naive line-by-line oracle (tests/spec_oracle.py).
 
 Randomness is fresh on every run. The seed is printed in the session output and
 included in every assertion message; rerun a failure with
@@ -271,7 +271,7 @@ def test_random_vs_spec(family, block):
         check(ctx, num_sms, indices, split_kv, schedule, one_d=one_d, label=f"case {key}")
 
 
-# --- explicit SPEC section 2 edge cases -------------------------------------------------
+# --- explicit edge cases of docs/schedule.md -------------------------------------------------
 
 def _modes():
     """(id, next_n, varlen) for the modes every edge case is run in."""
@@ -323,7 +323,7 @@ def test_edge_all_zero_lengths(mode, batch, num_sms, schedule):
     _, next_n, varlen = mode
     ctx, idx = _build([0] * batch, next_n, varlen)
     a = 1 if varlen else -(-next_n // (2 if next_n >= 2 else 1))
-    # SPEC: total 0 -> every row is (B*A, 0) non-varlen, (B, 0) varlen.
+    # docs/schedule.md: total 0 -> every row is (B*A, 0) non-varlen, (B, 0) varlen.
     want_row = [batch, 0] if varlen else [batch * a, 0]
     want = [want_row] * (num_sms + 1)
     assert [list(r) for r in spec_schedule(ctx, num_sms, idx, 256, schedule)] == want, \
