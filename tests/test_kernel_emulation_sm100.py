@@ -255,6 +255,62 @@ def test_sm100_work_past_2_32():
     check_all(cases, "sm100 past 2^32")
 
 
+def test_sm100_one_request_holds_every_row():
+    """Every SM starts inside one request (dense batch 1, a single varlen run; up to
+    4100 SMs): rows are stepped from one division (walk) or searched (dense prefix sums),
+    with the remainder carried whenever next_n / the run has several tokens."""
+    rng, g = rngs("one request")
+    cases = []
+    for variant in ("static", "dynamic", "chunked"):
+        for num_sms in (132, 4100):
+            for next_n in (1, 3, 4):
+                ctx = torch.full((1, next_n), rng.choice((10**6 + 1, INT32_MAX)),
+                                 dtype=torch.int32)
+                cases.append(make_case(rng, g, variant, False, 1, next_n=next_n, threads=64,
+                                       chunk=32 if variant == "chunked" else None, ctx=ctx,
+                                       num_sms=num_sms, sm_count=3))
+            for batch in (1, 3, 37):
+                ctx = lengths(rng.choice(("mixed", "large", "huge_one")), batch, 1, g)
+                idx = torch.full((batch,), 5, dtype=torch.int32)
+                cases.append(make_case(rng, g, variant, True, batch, threads=64,
+                                       chunk=32 if variant == "chunked" else None, ctx=ctx,
+                                       idx=idx, num_sms=num_sms, sm_count=3))
+    check_all(cases, "sm100 one request, every row")
+
+
+def test_sm100_totals_around_2_32():
+    """Totals of 2^32 - 1, 2^32 and 2^32 + 1 work units: the kernels switch between
+    32-bit and 64-bit division and SM searches at 2^32 (and, dense, between searched and
+    stepped rows when a slab's own work reaches 2^32: chunk 600 slabs pass it)."""
+    rng, g = rngs("around 2^32")
+    cases = []
+    seg23 = 2**31 - 1  # ceil(ctx / 256) = 2^23: 512 of them make 2^32
+    for delta in (-1, 0, 1):
+        for variant, chunk in (("static", None), ("dynamic", None), ("chunked", 32),
+                               ("chunked", 600)):
+            for varlen, next_n in ((False, 1), (False, 2), (True, 1)):
+                per = 512 // next_n  # requests of next_n tokens
+                ctx = torch.full((per + (delta > 0), next_n), seg23, dtype=torch.int32)
+                if delta < 0:  # the last request one split shorter
+                    ctx[-1, :] = 2**31 - 256
+                if delta > 0:  # one more request of one split
+                    ctx[-1, :] = 1
+                batch = ctx.shape[0]
+                if varlen:  # the last token is a run of its own
+                    idx = torch.arange(batch, dtype=torch.int32)
+                    if rng.random() < 0.5:
+                        idx[: batch // 2] = -3  # one long run holding half the work
+                else:
+                    idx = None
+                want = 2**32 + delta * next_n
+                assert total_work(ctx, idx) == want, (total_work(ctx, idx), want)
+                for num_sms in (1, 3, 132, 4100):
+                    cases.append(make_case(rng, g, variant, varlen, ctx.shape[0],
+                                           next_n=ctx.shape[1], threads=64, chunk=chunk,
+                                           ctx=ctx, idx=idx, num_sms=num_sms, sm_count=3))
+    check_all(cases, "sm100 totals around 2^32")
+
+
 def test_sm100_all_zero_and_num_sms_extremes():
     rng, g = rngs("zeros")
     cases = []
@@ -329,6 +385,17 @@ MUTANTS = [
      ("static", "chunked"), ("varlen",)),
     ("a slab that is not resident is not reloaded", [(r"if \(k == 0\) \{", "if (true) {")],
      ("chunked",), ("dense", "varlen")),
+    ("dense prefix sums count each request once, not next_n times",
+     [(r"acc \+= tile\[pad\(i\)\] \* next_n;", "acc += tile[pad(i)];")],
+     ("static", "chunked"), ("dense",)),
+    ("stepped rows never carry the remainder",
+     [(r"if \(rem >= tokens\) \{", "if (rem > tokens) {")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("stepped rows give the extra unit to one SM too many",
+     [(r"const u32 extra = s < r \? 1u : 0u;", "const u32 extra = s <= r ? 1u : 0u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("SM searches in 32 bits past 2^32", [(r"return narrow \?", "return true ?")],
+     ("static", "chunked"), ("dense", "varlen")),
 ]
 
 
