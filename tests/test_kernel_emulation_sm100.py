@@ -15,95 +15,31 @@ Random inputs come from a fresh seed, printed and named in every failure; rerun 
 from __future__ import annotations
 
 import dataclasses
-import os
-import random
 import re
 import sys
-import zlib
 
 import pytest
 import torch
 
-import jitmeta
-from jitmeta import envs
-from jitmeta.heuristics.arch import limits_for_arch
-from jitmeta.envs import Knobs
-from jitmeta.kernels import plan as make_plan
 from jitmeta.reference import sm100_requests
 
 from emulator import Case, EmulatorError, compiler, emulate_cases, render
+from emulation_support import (INDEX_KINDS, INT32_MAX, SEED_NOTE, SPLIT_KV,
+                               assert_mutant_caught, check_all, indices, mismatches, rngs)
+from emulation_support import lengths as support_lengths
+from emulation_support import plan_case as shared_plan_case
 
 pytestmark = pytest.mark.skipif(
     compiler() is None or not sys.platform.startswith("linux"),
     reason="the kernel emulator needs g++ (or $CXX) on Linux: it compiles the rendered "
            "CUDA source as C++ and runs blocks as pthreads")
 
-_env_seed = os.environ.get("JITMETA_TEST_SEED")
-SEED = int(_env_seed) if _env_seed else int.from_bytes(os.urandom(4), "little")
-SEED_NOTE = f"JITMETA_TEST_SEED={SEED}"
-
-SPLIT_KV = 256
-INT32_MAX = 2**31 - 1
 LENGTH_KINDS = ("zeros", "ones", "edges", "mixed", "large", "huge_one", "256k")
-INDEX_KINDS = ("runs", "long", "single", "distinct", "pairs")
-
-
-def rngs(*parts) -> tuple[random.Random, torch.Generator]:
-    s = (SEED ^ zlib.crc32(repr(parts).encode())) & 0xFFFFFFFF
-    return random.Random(s), torch.Generator().manual_seed(s)
 
 
 def lengths(kind: str, batch: int, next_n: int, g: torch.Generator) -> torch.Tensor:
-    shape = (batch, next_n)
-    if kind == "zeros":
-        return torch.zeros(shape, dtype=torch.int32)
-    if kind == "ones":
-        return torch.ones(shape, dtype=torch.int32)
-    if kind == "edges":  # around split_kv multiples, zeros included
-        choices = torch.tensor([0, 1, 255, 256, 257, 511, 512, 513], dtype=torch.int32)
-        return choices[torch.randint(0, len(choices), shape, generator=g)]
-    if kind == "mixed":
-        t = torch.randint(0, 20000, shape, generator=g, dtype=torch.int32)
-        t[torch.rand(shape, generator=g) < 0.2] = 0
-        return t
-    if kind == "large":  # work sums well past 2^32
-        return torch.randint(2**30, INT32_MAX, shape, generator=g,
-                             dtype=torch.int64).to(torch.int32)
-    if kind == "huge_one":
-        t = torch.randint(0, 300, shape, generator=g, dtype=torch.int32)
-        t[int(torch.randint(0, batch, (1,), generator=g))] = INT32_MAX
-        return t
-    if kind == "256k":
-        choices = torch.tensor([2**18 - 1, 2**18, 2**18 + 1, 0, 7], dtype=torch.int32)
-        return choices[torch.randint(0, len(choices), shape, generator=g)]
-    raise ValueError(kind)
-
-
-def indices(kind: str, batch: int, rng: random.Random, g: torch.Generator,
-            slab: int = 100) -> torch.Tensor:
-    """token -> request ids; sm100 requests are the runs of equal neighbours."""
-    if kind == "distinct":
-        return torch.arange(batch, dtype=torch.int32)
-    if kind == "single":  # one run covers the batch
-        return torch.full((batch,), 7, dtype=torch.int32)
-    if kind == "pairs":
-        return (torch.arange(batch) // 2).to(torch.int32)
-    if kind == "runs":  # runs of 1..5, ids shuffled and reused (some neighbours merge)
-        runs = torch.randint(1, 6, (batch,), generator=g)
-        ids = torch.repeat_interleave(torch.arange(batch), runs)[:batch]
-        perm = torch.randperm(batch, generator=g)
-        return (perm[ids] % max(1, batch // 3 + 1)).to(torch.int32)
-    if kind == "long":  # short runs and runs spanning several slabs, at any offset
-        out, rid = [], 0
-        while len(out) < batch:
-            if rng.random() < 0.2:
-                n = rng.randint(slab, 4 * slab) + rng.choice((-1, 0, 1))
-            else:
-                n = rng.randint(1, 5)
-            out += [rid] * max(1, n)
-            rid += 1
-        return torch.tensor(out[:batch], dtype=torch.int32)
-    raise ValueError(kind)
+    """As the shared ``lengths``, with "large" lengths that take work past 2^32."""
+    return support_lengths(kind, batch, next_n, g, large_from=2**30)
 
 
 def total_work(ctx: torch.Tensor, idx: torch.Tensor | None, split_kv: int = SPLIT_KV) -> int:
@@ -113,11 +49,8 @@ def total_work(ctx: torch.Tensor, idx: torch.Tensor | None, split_kv: int = SPLI
 
 def plan_case(variant, batch, next_n, varlen, num_sms, threads=None, chunk=None,
               split_kv=SPLIT_KV, sm_count=None):
-    limits = limits_for_arch("sm_90", sm_count) if sm_count else limits_for_arch("sm_90")
-    # a snapshot built by hand: odd chunks the environment would refuse still exercise
-    # the kernels' arithmetic
-    knobs = Knobs(variant=variant, threads=threads, chunk=chunk)
-    return make_plan(batch, next_n, varlen, num_sms, split_kv, "sm100", limits, knobs)
+    return shared_plan_case(variant, batch, next_n, varlen, num_sms, "sm100", threads,
+                            chunk, split_kv, sm_count)
 
 
 def make_case(rng, g, variant, varlen, batch, *, next_n=1, threads=None, chunk=None,
@@ -140,33 +73,6 @@ def make_case(rng, g, variant, varlen, batch, *, next_n=1, threads=None, chunk=N
              f" grid={p.grid} total={total_work(ctx, idx, split_kv)}")
     return Case(p, ctx, idx, num_sms, misalign=rng.choice((0, 0, 4, 12)),
                 seed=rng.getrandbits(32), label=label)
-
-
-def reference(case: Case) -> torch.Tensor:
-    return jitmeta.reference_schedule(case.context_lens, case.num_sms, case.indices,
-                                      split_kv=case.plan.code.split_kv, schedule="sm100")
-
-
-def mismatches(cases, outs) -> list[str]:
-    bad = []
-    for case, got in zip(cases, outs):
-        want = reference(case)
-        if not torch.equal(got, want):
-            rows = (got != want).any(dim=1).nonzero().flatten()[:4].tolist()
-            detail = [(r, got[r].tolist(), want[r].tolist()) for r in rows]
-            bad.append(f"{case.label}: rows (row, kernel, reference) {detail}")
-    return bad
-
-
-def check_all(cases: list[Case], what: str) -> None:
-    assert all(c.plan.code.schedule == "sm100" for c in cases)
-    try:
-        outs = emulate_cases(cases)
-    except EmulatorError as exc:
-        pytest.fail(f"{what}: {exc}\n{SEED_NOTE}")
-    bad = mismatches(cases, outs)
-    assert not bad, (f"{what}: {len(bad)} of {len(cases)} cases differ from the reference "
-                     f"({SEED_NOTE}):\n" + "\n".join(bad[:8]))
 
 
 # --- the variant matrix ----------------------------------------------------------------------
@@ -425,19 +331,7 @@ def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
                                     f"(mutant '{name}'): update MUTANTS")
                 cases.append(dataclasses.replace(case, source=broken))
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
-    # only a wrong answer counts as caught: a case where the mutant faults the emulator
-    # (e.g. a division by zero, which a GPU would not trap) shows nothing either way
-    wrong, faults = [], 0
-    for case in cases:
-        try:
-            out = emulate_cases([case], deadlock_s=20)[0]
-        except EmulatorError:
-            faults += 1
-            continue
-        wrong += mismatches([case], [out])
-    assert wrong, (f"mutant '{name}' computed the reference schedule in every case that "
-                   f"ran ({len(cases) - faults} of {len(cases)}; the others faulted): the "
-                   f"checks cannot tell it apart ({SEED_NOTE})")
+    assert_mutant_caught(name, cases, deadlock_s=20)
 
 
 def test_sm100_sanitized():

@@ -134,6 +134,9 @@ FAMILY = TileScheduleFamily(
     format_type=_atom_format)
 
 
+_runtime = None  # jitmeta.jit.runtime, imported when the first call is built
+
+
 @dataclass(frozen=True)
 class ScheduleCall:
     """One planned shape, loaded: everything a call needs after the first one.
@@ -151,8 +154,8 @@ class ScheduleCall:
     next_n: int = field(init=False, repr=False)
     num_sms: int = field(init=False, repr=False)
     out_shape: tuple[int, int] = field(init=False, repr=False)
-    # a plain launch, bound once: (runtime.launch, function, grid, threads, smem), or
-    # None for a cooperative one (which goes through Launch and its grid retry)
+    # a plain launch: (function, grid, threads, smem), or None for a cooperative one
+    # (which goes through Launch and its grid retry)
     direct: tuple | None = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -162,13 +165,14 @@ class ScheduleCall:
         set_(self, "next_n", self.plan.next_n)
         set_(self, "num_sms", self.plan.num_sms)
         set_(self, "out_shape", (self.plan.num_sms + 1, 2))
-        direct = None
-        if not self.launch.cooperative:
-            from ..jit.runtime import launch  # loaded by now: the call was just built
+        global _runtime
+        if _runtime is None:
+            from ..jit import runtime  # loaded by now (the call was just built)
 
-            lc = self.launch
-            direct = (launch, lc.function, lc.grid, lc.threads, lc.smem)
-        set_(self, "direct", direct)
+            _runtime = runtime
+        lc = self.launch
+        set_(self, "direct", None if lc.cooperative else
+             (lc.function, lc.grid, lc.threads, lc.smem))
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, out_ptr: int, stream: int,
                  ws_ptr: int, pdl: bool) -> None:
@@ -177,8 +181,8 @@ class ScheduleCall:
         if direct is None:
             self.launch(args, stream, pdl)
             return
-        launch, fn, grid, threads, smem = direct
-        launch(fn, grid, threads, smem, stream, args, ARG_TYPES, pdl)
+        fn, grid, threads, smem = direct
+        _runtime.launch(fn, grid, threads, smem, stream, args, ARG_TYPES, pdl)
 
 
 def warm_command(p: Plan, knobs: Knobs, cache_dir=None) -> str:
