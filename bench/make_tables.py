@@ -392,6 +392,10 @@ def _worst(rows, value):
     return max(vals, key=lambda x: x[0]) if vals else (None, None)
 
 
+def touch_ratio(rec: dict, row: dict) -> float | None:
+    return ratio(med(row["us"]), touch_us(rec, row))
+
+
 def region_targets(found: dict) -> str:
     _, gpu = current(found, "gpu-metadata")
     _, host = current(found, "gpu-host")
@@ -422,6 +426,18 @@ def region_targets(found: dict) -> str:
     for label, pred, limit in per_batch:
         v, r = _worst(_rows_where(gpu, pred), lambda r: med(r["us"]))
         out.append([label, f"{fnum(v)} us{where(r)}", verdict(v, limit)])
+    # every row within 1.5x of the touch floor (same input bytes, same graph shape)
+    v, r = _worst(_rows_where(gpu, lambda r: True), lambda r: touch_ratio(gpu, r))
+    out.append(["every batch: <= 1.5x the touch floor", f"{fnum(v)}x{where(r)}",
+                verdict(v, 1.5)])
+    # "sm100" against "smxx" of the same mode and batch
+    by_key = {(r["format"], r["mode"], r["batch"]): r for r in (gpu or {}).get("rows", [])}
+    pairs = [(r, by_key.get(("smxx", r["mode"], r["batch"]))) for r in by_key.values()
+             if r["format"] == "sm100"]
+    v, r = _worst([(a, b) for a, b in pairs if b is not None],
+                  lambda ab: ratio(med(ab[0]["us"]), med(ab[1]["us"])))
+    out.append(['"sm100" <= 1.2x "smxx" (same mode and batch)',
+                f"{fnum(v)}x{where(r[0] if r else None)}", verdict(v, 1.2)])
     for label, with_out, limit in [("host <= 15 us per eager call incl. output", False, 15),
                                    ("host <= 10 us per eager call with `out=`", True, 10)]:
         loops = [x for x in (host or {}).get("loops", []) if x["out"] == with_out]
