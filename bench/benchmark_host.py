@@ -156,8 +156,8 @@ def gpu_parts() -> dict:
     args = (ctx.data_ptr(), 0, 128, 1, NUM_SMS, out.data_ptr(), 0)
     fn, threads, types = call.launch.function, call.launch.threads, call.launch.types
     parts = {
-        "knob snapshot + state": per_call_us(
-            lambda: dispatch._states.get(envs.snapshot())),
+        "knob values + state": per_call_us(
+            lambda: dispatch._states.get(dispatch._token())),
         "torch.cuda.current_stream(d).cuda_stream":
             per_call_us(lambda: torch.cuda.current_stream(dev).cuda_stream),
         "raw current stream (used)": per_call_us(lambda: dispatch._raw_stream(dev)),
@@ -234,21 +234,21 @@ def cpu_figures() -> dict:
         return False
 
     def entry():
-        knobs = envs.snapshot()
-        return dispatch._states.get(knobs) or dispatch._state(knobs)
+        token = dispatch._token()
+        return dispatch._states.get(token) or dispatch._state(token)
 
     steps = {
         "is_compiling()": per_call_us(torch.compiler.is_compiling),
-        "knob snapshot + state lookup": per_call_us(entry),
+        "knob values + state lookup": per_call_us(entry),
         "fast-path checks + key lookup": per_call_us(fast_checks),
         "fast-path checks + key lookup (out=)": per_call_us(lambda: fast_checks(out)),
         "_run incl. new_empty (CPU) + packing, null driver": run_eager,
         "_run with out=, null driver": run_out,
     }
     totals = {
-        "eager": steps["is_compiling()"] + steps["knob snapshot + state lookup"]
+        "eager": steps["is_compiling()"] + steps["knob values + state lookup"]
         + steps["fast-path checks + key lookup"] + run_eager,
-        "out=": steps["is_compiling()"] + steps["knob snapshot + state lookup"]
+        "out=": steps["is_compiling()"] + steps["knob values + state lookup"]
         + steps["fast-path checks + key lookup (out=)"] + run_out,
     }
     return {"steps": steps, "totals": totals}

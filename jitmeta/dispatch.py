@@ -135,18 +135,23 @@ class _CallState:
             self.calls[key] = call
 
 
-_states: dict[envs.Knobs, _CallState] = {}
+# By the raw values of every knob (what envs.snapshot() is keyed by too): the hot path
+# reads them and finds its state in one lookup; a new set of values takes a snapshot.
+_states: dict[tuple, _CallState] = {}
 _states_lock = threading.Lock()
 _MAX_STATES = 64
 
 
-def _state(knobs: envs.Knobs) -> _CallState:
+def _state(token: tuple) -> _CallState:
+    knobs = envs.snapshot()  # raises EnvError on a malformed value
+    if knobs.token != token:  # the environment changed meanwhile: do not cache
+        return _CallState(knobs)
     with _states_lock:
-        state = _states.get(knobs)
+        state = _states.get(token)
         if state is None:
             if len(_states) >= _MAX_STATES:
                 del _states[next(iter(_states))]
-            state = _states[knobs] = _CallState(knobs)
+            state = _states[token] = _CallState(knobs)
     return state
 
 
@@ -160,7 +165,7 @@ def reset() -> None:
 
 _Tensor = torch.Tensor
 _I32 = torch.int32
-_snapshot = envs.snapshot
+_token = envs.token_reader(*envs.KNOBS)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 if _raw_stream is None:  # a torch without the raw accessor: the public (slower) one
     def _raw_stream(device: int) -> int:
@@ -169,10 +174,10 @@ if _raw_stream is None:  # a torch without the raw accessor: the public (slower)
 
 def eager(c, block_kv, num_sms, indices, out, split_kv, schedule, pdl):
     """The eager call (also the custom ops' CPU and CUDA implementation)."""
-    knobs = _snapshot()
-    state = _states.get(knobs)
+    token = _token()
+    state = _states.get(token)
     if state is None:
-        state = _state(knobs)
+        state = _state(token)
     # Fast path: plain CUDA tensors in a configuration already served under these knob
     # values. The key holds everything validate() derives from shapes and scalars; what
     # it cannot hold (dtype, device, layout, exact types) is re-checked here. Anything

@@ -252,7 +252,7 @@ def _call(drv, device, ctx, idx=None, out=None, pdl=False):
     c2 = ctx.view(-1, 1) if ctx.dim() == 1 else ctx
     call = dispatch.prepare(device, c2.shape[0], c2.shape[1], idx is not None, 132, 256,
                             "smxx")
-    state = dispatch._state(envs.snapshot())
+    state = dispatch._state(dispatch._token())
     return dispatch._run(call, state, ctx, idx, out, pdl), call
 
 
