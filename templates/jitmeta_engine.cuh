@@ -8,8 +8,9 @@
 // One block owns a "slab" of elements [lo, lo + n): requests (dense) or tokens
 // (varlen). It loads one 32-bit word per element into a shared tile (plus, varlen, a
 // halo word: the next token's), summarizes the tile (each thread walks a contiguous
-// slice; a block-wide scan of the slice summaries joins them), and then the format
-// writes the rows of every SM whose start falls inside the slab. The static and
+// slice; a block-wide scan of the slice summaries joins them), and then every thread
+// walks its slice again and writes the rows of the SMs whose start falls in a work
+// unit (a request, an atom, a run) that its walk credits (Placer). The static and
 // dynamic variants run one block over the whole batch; the chunked variant is one
 // cooperative grid whose blocks share the slabs and pass their summaries to each other
 // through a workspace (Engine::chunked), so each block knows its carry-in and the
@@ -25,9 +26,15 @@
 //   segs(ctx)              kv splits of a context length
 //   dense_word(ctx, mult)  the tile word of a dense request (mult: atoms or tokens)
 //   work(S)                the work of a prefix summary (a prefix starts at element 0)
-//   sm_start(s, q, r, S)   the start of SM s in work units, q/r = total / num_sms
+//   split_total(total, num_sms, &q, &r)  q, r = total / num_sms, total % num_sms
+//   sm_start(s, q, r, S)   the start of SM s in work units
+//   first_sm(x, q, r, S)   the first s in [0, S] with sm_start(s) >= x (closed form;
+//                          x <= total)
 //   summarize_slice(tile, lo, b, end, mult, &after)  the summary of tile slice [b, end)
-//   emit_scanned(...)      writes the rows of the SMs starting in a scanned slab
+//   walk(tile, t, lo, before, mult, placer)  visits the work units credited in this
+//                          thread's slice in order: placer.hits(hi) / placer.place(...)
+//   row(first, div, off)   the row of the SM starting `off` units into a unit
+//   end_row(batch, mult)   the row of an SM starting at the total
 //
 // Varlen tile words pack seg | boundary << 31 (seg = ceil(ctx / split_kv) fits 31 bits
 // because ctx is a non-negative int32; boundary: the token starts a run of equal
@@ -71,18 +78,6 @@ struct Scanned {
     S before, block;
 };
 
-// First s in [0, num_sms] with F::sm_start(s) >= x (num_sms + 1 if none); sm_start is
-// non-decreasing in s.
-template <class F, class W>
-__device__ __forceinline__ u32 first_at_or_after(W x, W q, W r, u32 num_sms) {
-    u32 lo = 0, hi = num_sms + 1;
-    while (lo < hi) {
-        const u32 mid = (lo + hi) >> 1;
-        if (F::sm_start(mid, q, r, num_sms) >= x) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-}
-
 template <class F>
 struct Engine : F {
     typedef typename F::S S;
@@ -92,10 +87,28 @@ struct Engine : F {
     static constexpr int kWarps = THREADS / 32;
 
     // Shared scratch of the block scan: one summary per warp, plus two broadcast slots.
+    // Once a scan is over, the warp slots hold the row queue (Placer) and the first
+    // word of broadcast[1] counts its entries; broadcast[0] passes a block's carry-in
+    // (chunked).
     struct Scratch {
         S warp[kWarps];
         S broadcast[2];
     };
+
+    // Units holding more than kQueueAfter SM starts are queued (Placer) and their rows
+    // shared by the whole block; a queue entry is kEntryWords words: first, div, the
+    // first SM, the SM past the last, the unit's start (64 bits). As many entries as
+    // the warp slots hold (none: every unit is written by its own thread).
+    static constexpr u32 kQueueAfter = 8;
+    static constexpr u32 kEntryWords = 6;
+    static constexpr u32 kQueueCap = (u32)(sizeof(S) * kWarps / 4) / kEntryWords;
+
+    __device__ __forceinline__ static u32* queue_count(Scratch& sc) {
+        return reinterpret_cast<u32*>(&sc.broadcast[1]);
+    }
+    __device__ __forceinline__ static u32* queue_entry(Scratch& sc, u32 k) {
+        return reinterpret_cast<u32*>(sc.warp) + k * kEntryWords;
+    }
 
     // Words a tile of n elements is declared with (its halo and padding included).
     __host__ __device__ static constexpr u32 tile_alloc(u32 words) {
@@ -104,6 +117,9 @@ struct Engine : F {
 
     // Inclusive-then-exclusive block scan of one summary per thread. Returns the
     // exclusive prefix of this thread; *block_total gets the whole block's summary.
+    // Also empties the row queue (between its first two barriers, where nothing reads
+    // broadcast[1]; whatever read the queue last did so before a barrier that precedes
+    // this call).
     __device__ __forceinline__ static S block_exclusive_scan(S v, Scratch& sc,
                                                              S* block_total) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -130,6 +146,7 @@ struct Engine : F {
             if (lane < kWarps) sc.warp[lane] = wexc;
             if (lane == 31) sc.broadcast[0] = winc;
         }
+        if (threadIdx.x == 0) *queue_count(sc) = 0u;
         __syncthreads();
         const S result = S::compose(sc.warp[warp], exc);
         *block_total = sc.broadcast[0];
@@ -225,16 +242,115 @@ struct Engine : F {
         return t;
     }
 
-    // Scans the loaded slab and writes its rows (carry-in: `carry` composed of all
-    // earlier slabs; `total`: the grand total, ignored when `whole`: the slab is the
-    // whole batch and its own sum is the total; `last`: this slab also owns the rows
-    // at start == total).
-    __device__ __forceinline__ static void emit_tile(u32* tile, u32 lo, u32 n, S carry,
+    // --- rows ------------------------------------------------------------------------
+    //
+    // After the scan every thread walks its slice once more (F::walk) with the work
+    // before it, and each work unit [acc, hi) credited there (a request, an atom, a run)
+    // is offered to the Placer, which holds the first SM s not yet placed and its start
+    // x (x >= acc: every SM starting earlier belongs to an earlier unit). A unit gets
+    // the rows of the SMs starting inside it: at most kQueueAfter of them written at
+    // once by this thread; more (one long request holding many SMs) are queued in the
+    // scratch, and after a barrier the whole block writes the queued rows, one SM per
+    // thread (drain). A full queue: the thread writes them all itself. No prefix array
+    // and no search over memory: the first SM at or past a work position is a closed
+    // form (F::first_sm).
+    struct Placer {
+        int2* rows;
+        Scratch* sc;
+        Work q;
+        u32 r, num_sms, s;
+        Work x;  // sm_start(s), or ~0 once s > num_sms
+
+        __device__ __forceinline__ void seek(u32 sm) {
+            s = sm;
+            x = sm <= num_sms ? F::sm_start(sm, q, r, num_sms) : ~(Work)0;
+        }
+        // Whether some SM starts before hi (then it starts in the unit ending at hi).
+        __device__ __forceinline__ bool hits(Work hi) const { return x < hi; }
+
+        // The rows of the SMs starting in [acc, hi): first and div as F::row takes them.
+        __device__ __forceinline__ void place(Work acc, Work hi, int first, u32 div) {
+            const u32 after = s + kQueueAfter;
+            if (kQueueCap != 0 && after <= num_sms && F::sm_start(after, q, r, num_sms) < hi) {
+                const u32 s_hi = F::first_sm(hi, q, r, num_sms);
+                const u32 k = atomicAdd(queue_count(*sc), 1u);
+                if (k < kQueueCap) {
+                    u32* e = queue_entry(*sc, k);
+                    e[0] = (u32)first;
+                    e[1] = div;
+                    e[2] = s;
+                    e[3] = s_hi;
+                    e[4] = (u32)acc;
+                    e[5] = (u32)((u64)acc >> 32);
+                    seek(s_hi);
+                    return;
+                }
+            }
+            do {
+                rows[s] = F::row(first, div, x - acc);
+                seek(s + 1u);
+            } while (x < hi);
+        }
+    };
+
+    // The queued rows, THREADS at a time across the entries (after a barrier: every
+    // entry is written).
+    __device__ __forceinline__ static void drain(const Placer& p) {
+        if (kQueueCap == 0) return;
+        __syncthreads();
+        const u32 count = min(*queue_count(*p.sc), kQueueCap);
+        u32 skip = threadIdx.x;  // this thread's next row, counted from entry k's first
+        for (u32 k = 0; k < count; ++k) {
+            const u32* e = queue_entry(*p.sc, k);
+            const u32 s_lo = e[2], n_rows = e[3] - e[2];
+            if (skip < n_rows) {
+                const int first = (int)e[0];
+                const u32 div = e[1];
+                const Work acc = (Work)((u64)e[5] << 32 | e[4]);
+                for (; skip < n_rows; skip += THREADS) {
+                    const u32 sm = s_lo + skip;
+                    p.rows[sm] = F::row(first, div, F::sm_start(sm, p.q, p.r, p.num_sms) - acc);
+                }
+            }
+            skip -= n_rows;
+        }
+    }
+
+    // Writes the rows of every SM whose start lies in the scanned slab (carry-in:
+    // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
+    // `whole`: the slab is the whole batch and its own work is the total); `last` says
+    // this slab also owns the rows of the SMs starting at the total (F::end_row).
+    // Uniform control flow around the barrier of drain().
+    __device__ __forceinline__ static void emit_scanned(const u32* tile, const Scanned<S>& t,
+                                                        u32 lo, S carry, Work total,
+                                                        bool whole, bool last, u32 batch,
+                                                        u32 mult, u32 num_sms,
+                                                        int* __restrict__ out, Scratch& sc) {
+        const S before = S::compose(carry, t.before);
+        if (whole) total = F::work(S::compose(carry, t.block));
+        Placer p;
+        p.rows = reinterpret_cast<int2*>(out);
+        p.sc = &sc;
+        p.num_sms = num_sms;
+        F::split_total(total, num_sms, &p.q, &p.r);
+        p.seek(F::first_sm(F::work(before), p.q, p.r, num_sms));
+        F::walk(tile, t, lo, before, mult, p);
+        if (last) {  // the SMs starting at the total (or later: none)
+            const int2 end = F::end_row(batch, mult);
+            for (u32 e = F::first_sm(total, p.q, p.r, num_sms) + threadIdx.x; e <= num_sms;
+                 e += THREADS)
+                p.rows[e] = end;
+        }
+        drain(p);
+    }
+
+    // Scans the loaded slab and writes its rows (see emit_scanned).
+    __device__ __forceinline__ static void emit_tile(const u32* tile, u32 lo, u32 n, S carry,
                                                      Work total, bool whole, bool last,
                                                      u32 batch, u32 mult, u32 num_sms,
                                                      int* __restrict__ out, Scratch& sc) {
         const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);
-        F::emit_scanned(tile, t, lo, n, carry, total, whole, last, batch, mult, num_sms, out);
+        emit_scanned(tile, t, lo, carry, total, whole, last, batch, mult, num_sms, out, sc);
     }
 
     // --- chunked variant: one cooperative launch ---------------------------------------
@@ -342,9 +458,9 @@ struct Engine : F {
         S slot = S::identity(), all;
         if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
         const S before = block_exclusive_scan(slot, sc, &all);
-        if (threadIdx.x == g) sc.broadcast[1] = before;
+        if (threadIdx.x == g) sc.broadcast[0] = before;
         __syncthreads();
-        const S carry = sc.broadcast[1];
+        const S carry = sc.broadcast[0];
         if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         if (j0 == j1) return;
 
@@ -352,7 +468,9 @@ struct Engine : F {
         // still in shared memory first (it is scanned already), then the others,
         // reloaded.
         const Work total = F::work(all);
-        const Work q = total / num_sms, r = total % num_sms;
+        Work q;
+        u32 r;
+        F::split_total(total, num_sms, &q, &r);
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         S c = carry;
         for (u32 k = 0; k < j1 - j0; ++k) {
@@ -362,13 +480,13 @@ struct Engine : F {
             if (k > 0) c = S::compose(c, sj);
             const Work base = F::work(cj);
             const Work end = F::work(S::compose(cj, sj));
-            const u32 s = first_at_or_after<F>(base, q, r, num_sms);
+            const u32 s = F::first_sm(base, q, r, num_sms);
             const bool last = j + 1u == slabs;
             if (!last && !(s <= num_sms && F::sm_start(s, q, r, num_sms) < end)) continue;
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
             if (k == 0) {
-                F::emit_scanned(tile, kept, lo, n, cj, total, false, last, batch, mult,
-                                num_sms, out);
+                emit_scanned(tile, kept, lo, cj, total, false, last, batch, mult, num_sms, out,
+                             sc);
             } else {
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);

@@ -9,8 +9,9 @@
 // so a slab is summarized by a function of the incoming parity q (the parity of the
 // token before it): the weight it adds, sum[q], and the parity of its last token,
 // p[q]. Those functions compose associatively, so slices and slabs are joined by
-// ordinary scans. Rows are found by a binary search over the tile, overwritten with
-// the prefix sums of its slab.
+// ordinary scans. Rows: each thread walks its slice again and offers the engine's
+// Placer every unit with work: a request (dense) or an atom, credited at its first
+// token (varlen).
 
 namespace jitmeta {
 
@@ -81,10 +82,26 @@ struct Schedule {
         return s * q + (s < r ? s : r);
     }
 
-    // First s in [0, num_sms] with start(s) >= x (num_sms + 1 if none).
-    __device__ __forceinline__ static u32 first_sm_at_or_after(u32 x, u32 q, u32 r,
-                                                               u32 num_sms) {
-        return first_at_or_after<Schedule>(x, q, r, num_sms);
+    __device__ __forceinline__ static void split_total(u32 total, u32 num_sms, u32* q,
+                                                       u32* r) {
+        *q = total / num_sms;
+        *r = total % num_sms;
+    }
+
+    // First s in [0, num_sms] with start(s) >= x, for x <= total = num_sms * q + r, in
+    // closed form. smxx: the first r SMs take q + 1 units, the others q (q >= 1 when x
+    // is past the first r). sm90: the first num_sms - r take q, the last r take q + 1.
+    // No product below exceeds the total.
+    __device__ __forceinline__ static u32 first_sm(u32 x, u32 q, u32 r, u32 num_sms) {
+        if (x == 0u) return 0u;
+        if (SM90) {
+            const u32 pivot = num_sms - r;
+            if (q != 0u && x <= pivot * q) return (x - 1u) / q + 1u;
+            return pivot + (x - pivot * q - 1u) / (q + 1u) + 1u;
+        }
+        const u32 wide = r * (q + 1u);  // where the SMs of q + 1 units end (r >= 1: no wrap)
+        if (r != 0u && x <= wide) return (x - 1u) / (q + 1u) + 1u;
+        return r + (x - wide - 1u) / q + 1u;
     }
 
     // The tile word of a dense request: atoms * segs.
@@ -125,69 +142,48 @@ struct Schedule {
         }
     }
 
-    // Overwrites the slice with inclusive prefix sums starting from `base`.
-    __device__ __forceinline__ static void prefix_slice(u32* tile, u32 b, u32 end, u32 base,
-                                                        u32 parity, u32 after) {
-        u32 acc = base;
-        if constexpr (!VARLEN) {
-            for (u32 i = b; i < end; ++i) { acc += tile[pad(i)]; tile[pad(i)] = acc; }
-        } else {
-            u32 p = parity;
-            u32 cur = b < end ? tile[pad(b)] : 0u;
-            for (u32 i = b; i < end; ++i) {
-                const u32 next = i + 1 < end ? tile[pad(i + 1)] : after;
-                p = (cur & kBoundary) ? 0u : p ^ 1u;
-                const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
-                acc += p ? 0u : seg;
-                tile[pad(i)] = acc;
-                cur = next;
-            }
-        }
+    // The row of the SM starting `off` units into a unit: dense, the request whose
+    // atoms start at `first` with div = segs splits each (atom-major); varlen, the atom
+    // of token `first` (div unused).
+    __device__ __forceinline__ static int2 row(int first, u32 div, u32 off) {
+        if (VARLEN) return make_int2(first, (int)off);
+        return make_int2(first + (int)(off / div), (int)(off % div));
     }
 
-    // Writes the rows of every SM whose start lies in the scanned slab (carry-in:
-    // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
-    // `whole`: the slab is the whole batch and its own sum is the total); `last` says
-    // this slab also owns the rows at start == total. Overwrites the tile with prefix
-    // sums and searches them.
-    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
-                                                        u32 n, S carry, u32 total,
-                                                        bool whole, bool last, u32 batch,
-                                                        u32 atoms, u32 num_sms,
-                                                        int* __restrict__ out) {
-        const S before = S::compose(carry, t.before);
-        prefix_slice(tile, t.b, t.end, before.total(kInitialParity),
-                     before.parity(kInitialParity), t.after);
-        __syncthreads();
+    // The row of an SM starting at the total: past the last request / atom (sm90
+    // forces this row at s = num_sms, which always starts at the total).
+    __device__ __forceinline__ static int2 end_row(u32 batch, u32 atoms) {
+        return make_int2((int)(VARLEN ? batch : batch * atoms), 0);
+    }
 
-        const u32 base = carry.total(kInitialParity);
-        const u32 slab_end = base + t.block.total(carry.parity(kInitialParity));
-        if (whole) total = slab_end;
-        const u32 q = total / num_sms, r = total % num_sms;
-        const u32 s_lo = first_sm_at_or_after(base, q, r, num_sms);
-        const u32 s_hi = last ? num_sms + 1 : first_sm_at_or_after(slab_end, q, r, num_sms);
-        for (u32 s = s_lo + threadIdx.x; s < s_hi; s += THREADS) {
-            const u32 x = sm_start(s, q, r, num_sms);
-            int2 row;
-            if (x >= slab_end) {  // only in the last slab: start(s) == total
-                row = make_int2((int)(VARLEN ? batch : batch * atoms), 0);
-            } else {
-                u32 lo_i = 0, hi_i = n;  // first i with P[i] > x
-                while (lo_i < hi_i) {
-                    const u32 mid = (lo_i + hi_i) >> 1;
-                    if (tile[pad(mid)] > x) hi_i = mid; else lo_i = mid + 1;
-                }
-                const u32 prev = lo_i ? tile[pad(lo_i - 1)] : base;
-                const u32 off = x - prev;
-                if (VARLEN) {
-                    row = make_int2((int)(lo + lo_i), (int)off);
-                } else {
-                    const u32 nseg = (tile[pad(lo_i)] - prev) / atoms;
-                    row = make_int2((int)((lo + lo_i) * atoms + off / nseg), (int)(off % nseg));
-                }
+    // Offers the placer the units of this thread's slice [t.b, t.end) of the scanned
+    // tile, `before` being the composition of everything before the slice: dense, the
+    // request of element i (work atoms * segs); varlen, the atom starting at token i
+    // (its weight, the same as in summarize_slice, when i is at an even offset of its
+    // run; the other tokens credit nothing).
+    template <class Placer>
+    __device__ __forceinline__ static void walk(const u32* tile, const Scanned<S>& t, u32 lo,
+                                                const S& before, u32 atoms, Placer& placer) {
+        u32 acc = before.total(kInitialParity);
+        if constexpr (!VARLEN) {
+            for (u32 i = t.b; i < t.end; ++i) {
+                const u32 w = tile[pad(i)];
+                const u32 hi = acc + w;
+                if (placer.hits(hi)) placer.place(acc, hi, (int)((lo + i) * atoms), w / atoms);
+                acc = hi;
             }
-            if (SM90 && !VARLEN && s == num_sms) row = make_int2((int)(batch * atoms), 0);
-            reinterpret_cast<int2*>(out)[s] = row;
+        } else {
+            u32 p = before.parity(kInitialParity);
+            u32 cur = t.b < t.end ? tile[pad(t.b)] : 0u;
+            for (u32 i = t.b; i < t.end; ++i) {
+                const u32 next = tile[pad(i + 1)];
+                p = (cur & kBoundary) ? 0u : p ^ 1u;
+                const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
+                const u32 hi = acc + (p ? 0u : seg);
+                if (placer.hits(hi)) placer.place(acc, hi, (int)(lo + i), 0u);
+                acc = hi;
+                cur = next;
+            }
         }
     }
 };

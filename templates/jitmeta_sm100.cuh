@@ -27,15 +27,10 @@
 // so the modular result is exact. A prefix of the batch starts with token 0, a
 // boundary, so it has no leading run ends: its work is `closed` (pre_a = pre_b = 0).
 //
-// Rows, dense, when a slab's own work fits 32 bits: the tile becomes 32-bit prefix
-// sums relative to the slab's start and each thread binary-searches them for its own
-// SMs, as the atom formats do. Otherwise (varlen; dense slabs of 2^32 work units or
-// more) each thread walks its own slice after the scan, with the work and the run
-// start before it, and writes the rows of the SMs whose w(s) falls in the work range
-// of a request ending in its slice (one binary search for the first such s, then in
-// order: one division per request, then division-free steps). The last slab also
-// writes the rows with w(s) >= total: (T, 0). Divisions and SM searches run in 32 bits
-// whenever their operands fit (uniform branches on the total).
+// Rows: each thread walks its slice again and offers the engine's Placer every request
+// ending in it (dense: every element; varlen: every run end), with its work range and
+// its start token; the row of an SM starting `off` units into it is (start, off /
+// tokens). Divisions run in 32 bits whenever their operands fit.
 
 namespace jitmeta {
 
@@ -153,11 +148,6 @@ struct Sm100 {
         }
     }
 
-    // 32-bit twin of sm_start, exact when the total fits 32 bits (every w(s) <= total).
-    __device__ __forceinline__ static u32 sm_start(u32 s, u32 q, u32 r, u32 /*num_sms*/) {
-        return s * q + (s < r ? s : r);
-    }
-
     // q, r = total / num_sms, total % num_sms: a 32-bit division when the total fits.
     __device__ __forceinline__ static void split_total(u64 total, u32 num_sms, u64* q,
                                                        u32* r) {
@@ -170,152 +160,60 @@ struct Sm100 {
         }
     }
 
-    // First s in [0, num_sms] with w(s) >= x (num_sms + 1 if none); `narrow`: the total
-    // fits 32 bits, so x (a work prefix, <= total), q, r and every w(s) do too.
-    __device__ __forceinline__ static u32 first_sm(u64 x, u64 q, u32 r, u32 num_sms,
-                                                   bool narrow) {
-        return narrow ? first_at_or_after<Sm100>((u32)x, (u32)q, r, num_sms)
-                      : first_at_or_after<Sm100>(x, q, (u64)r, num_sms);
+    // a / b, in 32 bits when both fit.
+    __device__ __forceinline__ static u64 quot(u64 a, u64 b) {
+        return ((a | b) >> 32) == 0 ? (u64)((u32)a / (u32)b) : a / b;
     }
 
-    // The step between consecutive SM starts, q (+ 1 for s < r), as a quotient and a
-    // remainder by `tokens`: dq = q / tokens (clamped to kSegMask: a step that large
-    // leaves any request, segs <= kSegMask), dr = q % tokens.
-    __device__ __forceinline__ static void step_of(u64 q, u32 tokens, u32* dq, u32* dr) {
-        if ((q >> 32) == 0) {
-            *dq = min((u32)q / tokens, kSegMask);
-            *dr = (u32)q % tokens;
-        } else {
-            *dq = (u32)min(q / tokens, (u64)kSegMask);
-            *dr = (u32)(q % tokens);
-        }
+    // First s in [0, num_sms] with w(s) >= x, for x <= total = num_sms * q + r, in
+    // closed form: the first r SMs take q + 1 units, the others q (q >= 1 when x is past
+    // the first r). No product below exceeds the total.
+    __device__ __forceinline__ static u32 first_sm(u64 x, u64 q, u32 r, u32 /*num_sms*/) {
+        if (x == 0) return 0u;
+        const u64 wide = (u64)r * (q + 1u);  // where the SMs of q + 1 units end
+        if (r != 0u && x <= wide) return (u32)quot(x - 1u, q + 1u) + 1u;
+        return r + (u32)quot(x - wide - 1u, q) + 1u;
     }
 
-    // Writes the rows of the SMs s, s + 1, ... whose start lies in the work range
-    // [acc, acc + segs * tokens) of a request of `tokens` tokens from token `start`:
-    // (start, (w(s) - acc) / tokens). On entry x = w(s) >= acc (~0 once s > num_sms);
-    // on return s is the first SM past the request and x its start. One division for
-    // the first row; then w(s + 1) = w(s) + q (+ 1 for s < r) is added as a quotient
-    // and a remainder by tokens (dq, dr: step_of), with one carry.
-    __device__ __forceinline__ static void emit_request(int2* rows, u32& s, u64& x, u64 acc,
-                                                        u32 segs, u32 tokens, int start,
-                                                        u64 q, u32 r, u32 dq, u32 dr,
-                                                        u32 num_sms) {
-        const u64 off = x - acc;  // < segs * tokens
-        u32 split, rem;
-        if ((off >> 32) == 0) {
-            split = (u32)off / tokens;
-            rem = (u32)off % tokens;
-        } else {
-            split = (u32)(off / tokens);
-            rem = (u32)(off % tokens);
-        }
-        for (;;) {  // split < segs < 2^31, rem < tokens <= 2^31: no sum below wraps
-            rows[s] = make_int2(start, (int)split);
-            const u32 extra = s < r ? 1u : 0u;
-            if (++s > num_sms) break;
-            rem += dr + extra;  // < 2 * tokens
-            split += dq;
-            if (rem >= tokens) {
-                rem -= tokens;
-                ++split;
-            }
-            if (split >= segs) break;
-        }
-        x = s <= num_sms ? sm_start(s, q, (u64)r, num_sms) : ~0ull;
+    // The row of the SM starting `off` units into a request of `tokens` tokens from
+    // token `first` (off < segs * tokens: the split is off / tokens).
+    __device__ __forceinline__ static int2 row(int first, u32 tokens, u64 off) {
+        return make_int2(first, (int)quot(off, tokens));
     }
 
-    // Writes the rows of every SM whose start lies in the scanned slab (carry-in:
-    // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
-    // `whole`: the slab is the whole batch); `last` says this slab also owns the rows
-    // at w(s) >= total. Dense, when the slab's own work fits 32 bits (the usual case):
-    // the tile is overwritten with 32-bit prefix sums relative to the slab's start and
-    // every thread binary-searches them for its own SMs (s = s_lo + threadIdx.x, step
-    // THREADS), as the atom formats do. Otherwise (varlen, or a dense slab of 2^32 work
-    // units or more) each thread walks its slice and writes the rows of the SMs whose
-    // start falls in a request ending in it (emit_request). Uniform branches only
-    // (total, carry and the slab summary are the same in every thread).
-    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
-                                                        u32 n, S carry, u64 total,
-                                                        bool whole, bool last, u32 batch,
-                                                        u32 next_n, u32 num_sms,
-                                                        int* __restrict__ out) {
-        int2* rows = reinterpret_cast<int2*>(out);
-        const S before = S::compose(carry, t.before);
-        const u64 base = work(carry);
-        const u64 slab_end = work(S::compose(carry, t.block));
-        if (whole) total = slab_end;
-        const bool narrow = (total >> 32) == 0;
-        u64 q;
-        u32 r;
-        split_total(total, num_sms, &q, &r);
-        const int end_token = (int)(VARLEN ? batch : batch * next_n);
-        if constexpr (!VARLEN) {
-            if (((slab_end - base) >> 32) == 0) {  // prefix sums and searches, 32-bit
-                u32 acc = (u32)(work(before) - base);
-                for (u32 i = t.b; i < t.end; ++i) {
-                    acc += tile[pad(i)] * next_n;  // <= the slab's work: no wrap
-                    tile[pad(i)] = acc;
-                }
-                __syncthreads();
-                const u32 s_lo = first_sm(base, q, r, num_sms, narrow);
-                const u32 s_hi = last ? num_sms + 1u : first_sm(slab_end, q, r, num_sms, narrow);
-                for (u32 s = s_lo + threadIdx.x; s < s_hi; s += THREADS) {
-                    const u64 x = sm_start(s, q, (u64)r, num_sms);
-                    int2 row = make_int2(end_token, 0);  // past the last request
-                    if (x < slab_end) {
-                        const u32 xr = (u32)(x - base);
-                        u32 a = 0, b = n;  // first i with P[i] > xr
-                        while (a < b) {
-                            const u32 mid = (a + b) >> 1;
-                            if (tile[pad(mid)] > xr) b = mid; else a = mid + 1u;
-                        }
-                        const u32 prev = a ? tile[pad(a - 1u)] : 0u;
-                        row = make_int2((int)((lo + a) * next_n), (int)((xr - prev) / next_n));
-                    }
-                    rows[s] = row;
-                }
-                return;
-            }
-        }
+    // The row of an SM starting at the total: past the last request, (T, 0).
+    __device__ __forceinline__ static int2 end_row(u32 batch, u32 next_n) {
+        return make_int2((int)(VARLEN ? batch : batch * next_n), 0);
+    }
+
+    // Offers the placer the requests ending in this thread's slice [t.b, t.end) of the
+    // scanned tile, `before` being the composition of everything before the slice:
+    // dense, the request of element i; varlen, the run ending at token i (a run end:
+    // the next token starts a run), which started at the last boundary at or before i.
+    template <class Placer>
+    __device__ __forceinline__ static void walk(const u32* tile, const Scanned<S>& t, u32 lo,
+                                                const S& before, u32 next_n, Placer& placer) {
         u64 acc = work(before);  // the work of the requests ending before the slice
-        u32 s = first_sm(acc, q, r, num_sms, narrow);
-        u64 x = s <= num_sms ? sm_start(s, q, (u64)r, num_sms) : ~0ull;  // next w(s) to place
         if constexpr (!VARLEN) {
-            u32 dq, dr;
-            step_of(q, next_n, &dq, &dr);
             for (u32 i = t.b; i < t.end; ++i) {
-                const u32 segs = tile[pad(i)];
-                const u64 hi = acc + (u64)segs * next_n;
-                if (x < hi)
-                    emit_request(rows, s, x, acc, segs, next_n, (int)((lo + i) * next_n), q,
-                                 r, dq, dr, num_sms);
+                const u64 hi = acc + (u64)tile[pad(i)] * next_n;
+                if (placer.hits(hi)) placer.place(acc, hi, (int)((lo + i) * next_n), next_n);
                 acc = hi;
             }
         } else {
             u32 rs = before.lastb == S::kNone ? 0u : before.lastb;  // current run start
             u32 cur = t.b < t.end ? tile[pad(t.b)] : 0u;
             for (u32 i = t.b; i < t.end; ++i) {
-                const u32 next = i + 1 < t.end ? tile[pad(i + 1)] : t.after;
+                const u32 next = tile[pad(i + 1)];
                 if (cur & kBoundary) rs = lo + i;
                 if (next & kBoundary) {  // the run [rs, lo + i] ends here
-                    const u32 tokens = lo + i - rs + 1u, segs = cur & kSegMask;
-                    const u64 hi = acc + (u64)segs * tokens;
-                    if (x < hi) {
-                        u32 dq, dr;
-                        step_of(q, tokens, &dq, &dr);
-                        emit_request(rows, s, x, acc, segs, tokens, (int)rs, q, r, dq, dr,
-                                     num_sms);
-                    }
+                    const u32 tokens = lo + i - rs + 1u;
+                    const u64 hi = acc + (u64)(cur & kSegMask) * tokens;
+                    if (placer.hits(hi)) placer.place(acc, hi, (int)rs, tokens);
                     acc = hi;
                 }
                 cur = next;
             }
-        }
-        if (last) {  // past the last request: (T, 0)
-            for (u32 e = first_sm(total, q, r, num_sms, narrow) + threadIdx.x; e <= num_sms;
-                 e += THREADS)
-                rows[e] = make_int2(end_token, 0);
         }
     }
 };

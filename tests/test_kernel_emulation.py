@@ -266,11 +266,20 @@ def test_uint32_total_edge():
 # (name, [(pattern, replacement), ...] tried in order, variants, modes). Each is a real
 # bug. (Flipping `s < r ? s : r` to `s <= r` would not be: at s == r both give r.)
 MUTANTS = [
-    ("search picks the item ending at the start",
-     [(r"if \((tile\[[^\]]*\bmid\b[^\]]*\]) > x\)", r"if (\1 >= x)")],
+    ("a unit also takes the SM starting at its end",
+     [(r"return x < hi;", "return x <= hi;")],
      ("static", "dynamic", "chunked"), ("dense", "varlen")),
-    ("block carry includes its own blocks", [(r"sc\.broadcast\[1\] = before;",
-                                               "sc.broadcast[1] = S::compose(before, slot);")],
+    ("closed-form SM search skips an SM",
+     [(r"return \(x - 1u\) / \(q \+ 1u\) \+ 1u;", "return (x - 1u) / (q + 1u) + 2u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("queued rows stop one SM short",
+     [(r"n_rows = e\[3\] - e\[2\];", "n_rows = e[3] - e[2] - 1u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("a queued unit loses its first row",
+     [(r"e\[2\] = s;", "e[2] = s + 1u;")],
+     ("static",), ("dense", "varlen")),
+    ("block carry includes its own blocks", [(r"sc\.broadcast\[0\] = before;",
+                                               "sc.broadcast[0] = S::compose(before, slot);")],
      ("chunked",), ("dense", "varlen")),
     ("slice summary assumes parity 0 coming in",
      [(r"p0 = 0, p1 = 1;", "p0 = 0, p1 = 0;")], ("static", "chunked"), ("varlen",)),
@@ -308,7 +317,7 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
                 case = make_case(rng, g, variant, varlen, schedule, batch,
                                  next_n=1 if varlen else 1 + i % 4, threads=64,
                                  chunk=32 if variant == "chunked" else None,
-                                 length_kind=("edges", "mixed", "zeros")[i % 3],
+                                 length_kind=("edges", "mixed", "zeros", "huge_one")[i % 4],
                                  index_kind=("runs", "long")[i % 2])
                 broken = mutate(render(case.plan.code), edits)
                 if broken is None:  # a mutant that no longer applies tests nothing
