@@ -48,7 +48,8 @@ REPLAYS = 10
 REPEATS = 5
 TORCH_OPS_MAX_BATCH = 2**20  # beyond, 20 calls of the PyTorch ops cost seconds a replay
 TORCH_OPS_FORMAT = "smxx"
-TUNING_BATCHES = [4096, 8192, 16384, 65536, 270336, 2**20]
+TUNING_BATCHES = [1024, 4096, 8192, 16384, 65536, 270336, 2**20]
+TUNING_STATIC_THREADS = [128, 256, 512, 1024]  # block sizes tried for the static variant
 TUNING_CHUNKS = [1024, 2048, 4096, 8192]
 DYNAMIC_MAX = 55970  # the dynamic variant serves up to here on an H200 (both modes)
 SEED = 20261202
@@ -245,8 +246,9 @@ def cold_first_call(dry_run: bool) -> dict | None:
 
 
 def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]:
-    """Each variant / chunked slab size that can serve a batch, timed side by side
-    ("smxx"; dense next_n=1 and varlen runs of 2), output checked after the replays."""
+    """Each variant / chunked slab size (and static block size) that can serve a batch,
+    timed side by side ("smxx"; dense next_n=1 and varlen runs of 2), output checked
+    after the replays."""
     rows = []
     for mode in ("next_n=1", "varlen/runs=2"):
         next_n, runs = mode_shape(mode)
@@ -254,7 +256,8 @@ def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]
             ctx, idx = make_inputs(batch, mode, gen, device)
             want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
             out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device=device)
-            configs = [("static", {"JITMETA_VARIANT": "static"})] if batch <= 8192 else []
+            configs = [(f"static/t{t}", {"JITMETA_VARIANT": "static", "JITMETA_THREADS": t})
+                       for t in TUNING_STATIC_THREADS] if batch <= 8192 else []
             if batch <= DYNAMIC_MAX:
                 configs.append(("dynamic", {"JITMETA_VARIANT": "dynamic"}))
             configs += [(f"chunked/{c}", {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c,
