@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
-#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [hostcmp] [cu12]
+#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [hostcmp]
+#                               [profile] [ncu] [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
-# "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp" needs an earlier version
-# of the package unpacked in .before/ (git archive REV | tar -x -C .before).
+# "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
+# an earlier version of the package unpacked in .before/ (git archive REV | tar -x -C
+# .before).
 set -u -o pipefail
 OUT=${OUT:-$PWD/.device-out}; mkdir -p "$OUT"
 stages=${*:-tests memcheck bench racecheck}
@@ -80,6 +82,20 @@ for stage in $stages; do
           PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which timeout 120 \
               python3 "$repo/bench/profile_call.py" $extra 2>&1 | tee -a "$OUT/profile-$which.log"
         done
+      done ;;
+    ncu)
+      # Nsight Compute over bench/ncu_cases.py, this version and the one in .before/
+      [ -d /tmp/site-before/jitmeta ] || python3 -m pip install -q --no-index --no-deps \
+          --no-build-isolation --no-compile --no-cache-dir --target /tmp/site-before \
+          "$repo"/.whl/*.whl "$repo/.before" > /tmp/install-before.log 2>&1
+      for which in before after; do
+        site=/tmp/site; [ $which = before ] && site=/tmp/site-before
+        PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which timeout 200 \
+            ncu -k regex:jitmeta_emit --section SpeedOfLight --section WarpStateStats \
+            --section InstructionStats --section SchedulerStats --section LaunchStats \
+            --section SourceCounters python3 "$repo/bench/ncu_cases.py" \
+            > "$OUT/ncu-$which.txt" 2>&1
+        r=$?; echo "ncu $which: exit $r"; grep -E "exact|Duration|Executed Instructions " "$OUT/ncu-$which.txt" | head -40
       done ;;
     cu12)
       (cd "$repo" && PYTHONPATH= bash scripts/cu12_smoke.sh) 2>&1 | tail -40
