@@ -104,6 +104,11 @@ struct Schedule {
         return r + (x - wide - 1u) / q + 1u;
     }
 
+    // The summary of dense words adding up to `words` (atoms * segs each).
+    __device__ __forceinline__ static S dense_summary(u32 words, u32 /*atoms*/) {
+        if constexpr (!VARLEN) return S{words}; else return S::identity();
+    }
+
     // The tile word of a dense request: atoms * segs.
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 atoms) {
         return atoms * segs(ctx);
@@ -140,6 +145,61 @@ struct Schedule {
             *after = cur;
             return S{sum0, sum1, p0, p1};
         }
+    }
+
+    // Overwrites the slice with inclusive prefix sums starting from `base` (the word
+    // after the slice is passed in: the next slice may be overwritten already).
+    __device__ __forceinline__ static void prefix_slice(u32* tile, u32 b, u32 end, u32 base,
+                                                        u32 parity, u32 after) {
+        u32 acc = base;
+        if constexpr (!VARLEN) {
+            for (u32 i = b; i < end; ++i) { acc += tile[pad(i)]; tile[pad(i)] = acc; }
+        } else {
+            u32 p = parity;
+            u32 cur = b < end ? tile[pad(b)] : 0u;
+            for (u32 i = b; i < end; ++i) {
+                const u32 next = i + 1 < end ? tile[pad(i + 1)] : after;
+                p = (cur & kBoundary) ? 0u : p ^ 1u;
+                const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
+                acc += p ? 0u : seg;
+                tile[pad(i)] = acc;
+                cur = next;
+            }
+        }
+    }
+
+    // The rows of a block holding the whole batch (n elements): the tile becomes the
+    // prefix sums and each SM's row is found by a binary search over them, one SM per
+    // thread. Returns true (every row written).
+    __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
+                                                      u32 batch, u32 atoms, u32 num_sms,
+                                                      int* __restrict__ out) {
+        prefix_slice(tile, t.b, t.end, t.before.total(kInitialParity),
+                     t.before.parity(kInitialParity), t.after);
+        __syncthreads();
+        const u32 total = t.block.total(kInitialParity);
+        u32 q, r;
+        split_total(total, num_sms, &q, &r);
+        for (u32 s = threadIdx.x; s <= num_sms; s += THREADS) {
+            const u32 x = sm_start(s, q, r, num_sms);
+            int2 row = end_row(batch, atoms);  // start(s) == total
+            if (x < total) {
+                u32 a = 0, b = n;  // first i with P[i] > x
+                while (a < b) {
+                    const u32 mid = (a + b) >> 1;
+                    if (tile[pad(mid)] > x) b = mid; else a = mid + 1u;
+                }
+                const u32 prev = a ? tile[pad(a - 1u)] : 0u;
+                row = row_of(a, tile[pad(a)] - prev, x - prev, atoms);
+            }
+            reinterpret_cast<int2*>(out)[s] = row;
+        }
+        return true;
+    }
+
+    // The row of position `off` inside element i (work w): the atom formats' row.
+    __device__ __forceinline__ static int2 row_of(u32 i, u32 w, u32 off, u32 atoms) {
+        return VARLEN ? row((int)i, 0u, off) : row((int)(i * atoms), w / atoms, off);
     }
 
     // The row of the SM starting `off` units into a unit: dense, the request whose

@@ -96,6 +96,12 @@ struct Sm100 {
         return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;
     }
 
+    // The summary of dense words (segs each) adding up to `words`: every token of a
+    // request sees every split.
+    __device__ __forceinline__ static S dense_summary(u64 words, u32 next_n) {
+        if constexpr (!VARLEN) return S{words * next_n}; else return S::identity();
+    }
+
     // The tile word of a dense request: its segs (times next_n in 64 bits later).
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 /*next_n*/) {
         return segs(ctx);
@@ -173,6 +179,43 @@ struct Sm100 {
         const u64 wide = (u64)r * (q + 1u);  // where the SMs of q + 1 units end
         if (r != 0u && x <= wide) return (u32)quot(x - 1u, q + 1u) + 1u;
         return r + (u32)quot(x - wide - 1u, q) + 1u;
+    }
+
+    // The rows of a block holding the whole batch (n elements), when it can do them
+    // SIMT-parallel: dense with a total that fits 32 bits. The tile becomes 32-bit
+    // prefix sums and each SM's row is found by a binary search over them, one SM per
+    // thread. Returns false (nothing written, the tile intact) otherwise.
+    __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
+                                                      u32 batch, u32 next_n, u32 num_sms,
+                                                      int* __restrict__ out) {
+        if constexpr (VARLEN) {
+            return false;
+        } else {
+            const u64 total = t.block.work;
+            if ((total >> 32) != 0) return false;
+            u32 acc = (u32)t.before.work;
+            for (u32 i = t.b; i < t.end; ++i) {
+                acc += tile[pad(i)] * next_n;  // <= the total: no wrap
+                tile[pad(i)] = acc;
+            }
+            __syncthreads();
+            const u32 q = (u32)total / num_sms, r = (u32)total % num_sms;
+            for (u32 s = threadIdx.x; s <= num_sms; s += THREADS) {
+                const u32 x = s * q + (s < r ? s : r);
+                int2 row = end_row(batch, next_n);  // w(s) == total
+                if (x < (u32)total) {
+                    u32 a = 0, b = n;  // first i with P[i] > x
+                    while (a < b) {
+                        const u32 mid = (a + b) >> 1;
+                        if (tile[pad(mid)] > x) b = mid; else a = mid + 1u;
+                    }
+                    const u32 prev = a ? tile[pad(a - 1u)] : 0u;
+                    row = make_int2((int)(a * next_n), (int)((x - prev) / next_n));
+                }
+                reinterpret_cast<int2*>(out)[s] = row;
+            }
+            return true;
+        }
     }
 
     // The row of the SM starting `off` units into a request of `tokens` tokens from

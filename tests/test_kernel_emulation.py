@@ -268,16 +268,13 @@ def test_uint32_total_edge():
 MUTANTS = [
     ("a unit also takes the SM starting at its end",
      [(r"return x < hi;", "return x <= hi;")],
-     ("static", "dynamic", "chunked"), ("dense", "varlen")),
+     ("chunked",), ("dense", "varlen")),
     ("closed-form SM search skips an SM",
      [(r"return \(x - 1u\) / \(q \+ 1u\) \+ 1u;", "return (x - 1u) / (q + 1u) + 2u;")],
      ("static", "chunked"), ("dense", "varlen")),
-    ("queued rows stop one SM short",
-     [(r"n_rows = e\[3\] - e\[2\];", "n_rows = e[3] - e[2] - 1u;")],
-     ("static", "chunked"), ("dense", "varlen")),
-    ("a queued unit loses its first row",
-     [(r"e\[2\] = s;", "e[2] = s + 1u;")],
-     ("static",), ("dense", "varlen")),
+    ("whole-batch search picks the item ending at the start",
+     [(r"if \((tile\[[^\]]*\bmid\b[^\]]*\]) > x\)", r"if (\1 >= x)")],
+     ("static", "dynamic"), ("dense", "varlen")),
     ("block carry includes its own blocks", [(r"sc\.broadcast\[0\] = before;",
                                                "sc.broadcast[0] = S::compose(before, slot);")],
      ("chunked",), ("dense", "varlen")),
@@ -291,8 +288,10 @@ MUTANTS = [
     ("blocks do not wait for each other", [(r"if \(ready\) return v;", "return v;")],
      ("chunked",), ("dense", "varlen")),
 
-    ("a slab that is not resident is not reloaded", [(r"if \(k == 0\) \{", "if (true) {")],
+    ("a slab that is not resident is not reloaded", [(r"if \(resident\) \{", "if (true) {")],
      ("chunked",), ("dense", "varlen")),
+    ("streamed dense slabs: the second of each pair is never added",
+     [(r"add_slab\(fb, j \+ 1u,", "if (false) add_slab(fb, j + 1u,")], ("chunked",), ("dense",)),
 ]
 
 
@@ -314,17 +313,48 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
             for i in range(6):
                 schedule = ("smxx", "sm90")[i % 2]
                 batch = rng.choice((rng.randint(1, 300), rng.randint(100, 700)))
+                kind = ("edges", "mixed", "zeros", "huge_one")[i % 4]
                 case = make_case(rng, g, variant, varlen, schedule, batch,
                                  next_n=1 if varlen else 1 + i % 4, threads=64,
                                  chunk=32 if variant == "chunked" else None,
-                                 length_kind=("edges", "mixed", "zeros", "huge_one")[i % 4],
-                                 index_kind=("runs", "long")[i % 2])
+                                 length_kind=kind, index_kind=("runs", "long")[i % 2],
+                                 # one request holding most of 132 SMs: the row queue
+                                 num_sms=132 if kind == "huge_one" else None)
                 broken = mutate(render(case.plan.code), edits)
                 if broken is None:  # a mutant that no longer applies tests nothing
                     pytest.fail(f"the kernel source no longer contains the code mutant "
                                 f"'{name}' edits ({edits[0][0]!r}): update MUTANTS")
                 cases.append(dataclasses.replace(case, source=broken))
     # the same cases pass unbroken
+    check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
+    assert_mutant_caught(name, cases)
+
+
+QUEUE_MUTANTS = [
+    ("queued rows stop one SM short",
+     [(r"n_rows = e\[3\] - e\[2\];", "n_rows = e[3] - e[2] - 1u;")]),
+    ("a queued unit loses its first row", [(r"e\[2\] = s;", "e[2] = s + 1u;")]),
+]
+
+
+@pytest.mark.parametrize("name,edits", QUEUE_MUTANTS, ids=[m[0] for m in QUEUE_MUTANTS])
+def test_broken_row_queue_is_caught(name, edits):
+    """The row queue (a unit holding more than 8 SM starts, written by the whole block)
+    runs where one request holds most SMs: chunked slabs, 256 threads (the scratch holds
+    a queue entry in both modes), every varlen token its own atom."""
+    rng, g = rngs("queue mutant", name)
+    cases = []
+    for varlen in (False, True):
+        for schedule in ("smxx", "sm90"):
+            batch = rng.randint(50, 400)
+            ctx = lengths("huge_one", batch, 1, g)
+            idx = indices("distinct", batch, rng, g) if varlen else None
+            p = plan_case("chunked", batch, 1, varlen, 132, schedule, threads=256, chunk=64,
+                          sm_count=rng.choice((1, 3, 132)))
+            broken = mutate(render(p.code), edits)
+            assert broken is not None, f"the kernel source no longer contains {edits[0][0]!r}"
+            cases.append(Case(p, ctx, idx, 132, seed=rng.getrandbits(32), source=broken,
+                              label=f"{p.code.name} batch={batch} huge_one"))
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases)
 
