@@ -423,6 +423,13 @@ def region_targets(found: dict) -> str:
                               f"<= {limit} us",
                               lambda r, b=b, v=varlen: r["batch"] == b and r["varlen"] == v,
                               limit))
+    per_batch += [
+        ("batch 8192 varlen <= 3 us", lambda r: r["batch"] == 8192 and r["varlen"], 3),
+        ("batch 16384 to 65536, any mode <= 3.5 us",
+         lambda r: 16384 <= r["batch"] <= 65536, 3.5),
+        ("batch 2^20 varlen <= 7 us", lambda r: r["batch"] == 2**20 and r["varlen"], 7),
+        ("batch 2^24 varlen <= 55 us", lambda r: r["batch"] == 2**24 and r["varlen"], 55),
+        ("batch 2^24 dense <= 30 us", lambda r: r["batch"] == 2**24 and not r["varlen"], 30)]
     for label, pred, limit in per_batch:
         v, r = _worst(_rows_where(gpu, pred), lambda r: med(r["us"]))
         out.append([label, f"{fnum(v)} us{where(r)}", verdict(v, limit)])
@@ -439,7 +446,9 @@ def region_targets(found: dict) -> str:
     out.append(['"sm100" <= 1.2x "smxx" (same mode and batch)',
                 f"{fnum(v)}x{where(r[0] if r else None)}", verdict(v, 1.2)])
     for label, with_out, limit in [("host <= 15 us per eager call incl. output", False, 15),
-                                   ("host <= 10 us per eager call with `out=`", True, 10)]:
+                                   ("host <= 10 us per eager call with `out=`", True, 10),
+                                   ("host <= 12 us per eager call incl. output", False, 12),
+                                   ("host <= 8 us per eager call with `out=`", True, 8)]:
         loops = [x for x in (host or {}).get("loops", []) if x["out"] == with_out]
         v, x = _worst(loops, lambda x: med(x["us"]))
         out.append([label, "-" if v is None else
