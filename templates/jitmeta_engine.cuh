@@ -25,7 +25,6 @@
 //                          a multiple of kTileAlign (8-byte summaries next to a tile)
 //   segs(ctx)              kv splits of a context length
 //   dense_word(ctx, mult)  the tile word of a dense request (mult: atoms or tokens)
-//   dense_summary(words, mult)  the summary of dense words adding up to `words`
 //   work(S)                the work of a prefix summary (a prefix starts at element 0)
 //   split_total(total, num_sms, &q, &r)  q, r = total / num_sms, total % num_sms
 //   sm_start(s, q, r, S)   the start of SM s in work units
@@ -426,70 +425,6 @@ struct Engine : F {
         }
     }
 
-    // --- dense phase 1, streamed ------------------------------------------------------
-    //
-    // A dense slab's summary is a plain sum, so it needs no tile and no ordered scan:
-    // every thread adds up its words of a fetched round, a warp folds them (shuffles)
-    // and one lane adds the warp's share to the slab's sum in the workspace (an atomic
-    // add; the block zeroes its slabs' sums first). Nothing waits for the other warps
-    // inside the loop, and two rounds of loads (two slabs) are in flight per thread.
-    // Returns the composition of the block's slabs (in thread 0; after a barrier).
-    __device__ __forceinline__ static Work fetched_words(const Fetched& f, u32 n, u32 mult) {
-        Work w = 0;
-#pragma unroll
-        for (int k = 0; k < kLoadUnroll; ++k)
-            if ((u32)k * THREADS + threadIdx.x < n) w += F::dense_word(f.c[k], mult);
-        return w;
-    }
-
-    __device__ __forceinline__ static void add_slab(const Fetched& f, u32 j, u32 n, u32 mult,
-                                                    S* slab_sums) {
-        Work w = fetched_words(f, n, mult);
-#pragma unroll
-        for (int d = 16; d > 0; d >>= 1) w += __shfl_xor_sync(0xffffffffu, w, d);
-        if ((threadIdx.x & 31) == 0 && w != 0)
-            atomicAdd(reinterpret_cast<Work*>(slab_sums + j), F::work(F::dense_summary(w, mult)));
-    }
-
-    // A streamed slab's sum, read past the L1 (the atomics were made in the L2).
-    __device__ __forceinline__ static S streamed_sum(const S* sum) {
-        S v;
-        *reinterpret_cast<Work*>(&v) = __ldcg(reinterpret_cast<const Work*>(sum));
-        return v;
-    }
-
-    template <u32 CHUNK>
-    __device__ __forceinline__ static S stream_slabs(const int* __restrict__ ctx, u32 j0,
-                                                     u32 j1, u32 batch, u32 next_n, u32 mult,
-                                                     S* slab_sums) {
-        static_assert(sizeof(S) == sizeof(Work), "a dense summary is one work sum");
-        for (u32 j = j0 + threadIdx.x; j < j1; j += THREADS) slab_sums[j] = S::identity();
-        __syncthreads();
-        Fetched fa, fb;
-        if (j0 < j1)
-            fetch(fa, ctx, ctx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK), 0u, batch, next_n);
-        if (j0 + 1u < j1)
-            fetch(fb, ctx, ctx, (j0 + 1u) * CHUNK, min(CHUNK, batch - (j0 + 1u) * CHUNK), 0u,
-                  batch, next_n);
-        for (u32 j = j0; j < j1; j += 2u) {
-            add_slab(fa, j, min(CHUNK, batch - j * CHUNK), mult, slab_sums);
-            if (j + 2u < j1)
-                fetch(fa, ctx, ctx, (j + 2u) * CHUNK, min(CHUNK, batch - (j + 2u) * CHUNK), 0u,
-                      batch, next_n);
-            if (j + 1u < j1) {
-                add_slab(fb, j + 1u, min(CHUNK, batch - (j + 1u) * CHUNK), mult, slab_sums);
-                if (j + 3u < j1)
-                    fetch(fb, ctx, ctx, (j + 3u) * CHUNK, min(CHUNK, batch - (j + 3u) * CHUNK),
-                          0u, batch, next_n);
-            }
-        }
-        __syncthreads();  // every slab's atomics are made
-        S mine = S::identity();
-        if (threadIdx.x == 0)
-            for (u32 j = j0; j < j1; ++j) mine = S::compose(mine, streamed_sum(slab_sums + j));
-        return mine;
-    }
-
     template <u32 CHUNK>
     __device__ __forceinline__ static void chunked(u32* tile, const int* __restrict__ ctx,
                                                    const int* __restrict__ idx, u32 batch,
@@ -503,38 +438,30 @@ struct Engine : F {
         const u32 epoch = *static_cast<volatile u32*>(ws);
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
 
-        // Phase 1. Dense slabs of one round of loads are streamed (stream_slabs: no
-        // block barrier per slab, two slabs of loads in flight). Otherwise each slab is
-        // loaded into the tile and scanned, the last one staying there, scanned, for
-        // phase 2; when a slab is one round of loads, the next slab's loads are in
-        // flight while this one is scanned.
+        // Phase 1. The last slab stays in shared memory, scanned, for phase 2. When a
+        // slab is one round of loads, the next slab's loads are in flight while this
+        // one is scanned.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
-        constexpr bool kStream = kPrefetch && !VARLEN;
         S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
-        if constexpr (kStream) {
-            mine = stream_slabs<CHUNK>(ctx, j0, j1, batch, next_n, mult, slab_sums);
-        } else {
-            Fetched f;
-            if (kPrefetch && j0 < j1)
-                fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK), 0u, batch,
-                      next_n);
-            for (u32 j = j0; j < j1; ++j) {
-                const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-                if (kPrefetch) {
-                    store(tile, f, lo, n, 0u, batch, mult);
-                    if (j + 1u < j1)
-                        fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u,
-                              batch, next_n);
-                } else {
-                    load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
-                }
-                __syncthreads();
-                kept = scan_tile(tile, lo, n, mult, sc);  // ends synced: the tile may be rewritten
-                if (threadIdx.x == 0) slab_sums[j] = kept.block;
-                before_kept = mine;
-                mine = S::compose(mine, kept.block);
+        Fetched f;
+        if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
+                                         0u, batch, next_n);
+        for (u32 j = j0; j < j1; ++j) {
+            const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
+            if (kPrefetch) {
+                store(tile, f, lo, n, 0u, batch, mult);
+                if (j + 1u < j1)
+                    fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u, batch,
+                          next_n);
+            } else {
+                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
             }
+            __syncthreads();
+            kept = scan_tile(tile, lo, n, mult, sc);  // ends synced: the tile may be rewritten
+            if (threadIdx.x == 0) slab_sums[j] = kept.block;
+            before_kept = mine;
+            mine = S::compose(mine, kept.block);
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
 
@@ -557,11 +484,10 @@ struct Engine : F {
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         S c = carry;
         for (u32 k = 0; k < j1 - j0; ++k) {
-            // the resident slab first (none when streamed: then in order)
-            const bool resident = !kStream && k == 0;
-            const u32 j = resident ? j1 - 1u : j0 + k - (kStream ? 0u : 1u);
+            const bool resident = k == 0;  // the slab still in shared memory first
+            const u32 j = resident ? j1 - 1u : j0 + k - 1u;
             const S cj = resident ? carry_last : c;
-            const S sj = kStream ? streamed_sum(slab_sums + j) : slab_sums[j];
+            const S sj = slab_sums[j];
             if (!resident) c = S::compose(c, sj);
             const Work base = F::work(cj);
             const Work end = F::work(S::compose(cj, sj));

@@ -104,11 +104,6 @@ struct Schedule {
         return r + (x - wide - 1u) / q + 1u;
     }
 
-    // The summary of dense words adding up to `words` (atoms * segs each).
-    __device__ __forceinline__ static S dense_summary(u32 words, u32 /*atoms*/) {
-        if constexpr (!VARLEN) return S{words}; else return S::identity();
-    }
-
     // The tile word of a dense request: atoms * segs.
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 atoms) {
         return atoms * segs(ctx);

@@ -74,9 +74,14 @@ def default_threads(max_threads_per_block: int) -> int:
 
 
 def bucket_threads(cap: int, threads: int, forced: bool) -> int:
-    """Threads of a static bucket (or a slab): a quarter of its capacity, clamped to
+    """Threads of a static bucket: an eighth of its capacity, clamped to
     [min(256, threads), threads]; JITMETA_THREADS (``forced``) everywhere when set."""
-    return threads if forced else max(min(256, threads), min(threads, cap // 4))
+    return threads if forced else max(min(256, threads), min(threads, cap // 8))
+
+
+def slab_threads(slab: int, threads: int, forced: bool) -> int:
+    """Threads of a chunked slab: a quarter of its size, clamped the same way."""
+    return threads if forced else max(min(256, threads), min(threads, slab // 4))
 
 
 def bucket(batch: int) -> int:
@@ -147,7 +152,7 @@ def chunked(batch, limits, threads, varlen, forced_threads=False, chunk_knob=Non
         chunk = default_chunk(limits, threads, varlen)
         slab = slab_for(batch, limits.sm_count, chunk)
         if slab is not None:
-            chunk, t = slab, bucket_threads(slab, threads, forced_threads)
+            chunk, t = slab, slab_threads(slab, threads, forced_threads)
     smem = chunked_bytes(chunk, t, varlen, limits.smem_reserved_bytes)
     if smem > limits.smem_static_bytes:
         return None

@@ -290,8 +290,6 @@ MUTANTS = [
 
     ("a slab that is not resident is not reloaded", [(r"if \(resident\) \{", "if (true) {")],
      ("chunked",), ("dense", "varlen")),
-    ("streamed dense slabs: the second of each pair is never added",
-     [(r"add_slab\(fb, j \+ 1u,", "if (false) add_slab(fb, j + 1u,")], ("chunked",), ("dense",)),
 ]
 
 

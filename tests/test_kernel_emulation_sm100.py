@@ -291,8 +291,6 @@ MUTANTS = [
      ("static", "chunked"), ("varlen",)),
     ("a slab that is not resident is not reloaded", [(r"if \(resident\) \{", "if (true) {")],
      ("chunked",), ("dense", "varlen")),
-    ("streamed dense slabs: the second of each pair is never added",
-     [(r"add_slab\(fb, j \+ 1u,", "if (false) add_slab(fb, j + 1u,")], ("chunked",), ("dense",)),
     ("dense requests credited once, not next_n times",
      [(r"const u64 hi = acc \+ \(u64\)tile\[pad\(i\)\] \* next_n;",
        "const u64 hi = acc + (u64)tile[pad(i)];")],

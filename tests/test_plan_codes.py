@@ -35,15 +35,15 @@ def _coarse_sweep(rng: random.Random, hi: int) -> list[int]:
 @pytest.mark.parametrize("num_sms", [1, 132, 4096])
 def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     codes = kernels.codes_for_batches([(1, 2**24)], next_n, varlen, num_sms, 256, schedule, sm90)
-    # static buckets 1024 (256 threads), 2048 (512), 4096, 8192 (1024); slab 1024 (256
+    # static buckets 1024, 2048 (256 threads), 4096 (512), 8192 (1024); slab 1024 (256
     # threads) for 8193..132 * 1024 = 135168, slab 2048 (512) up to 270336, slab 4096
     # (1024) up to 540672, chunk 8192 (1024) past it; no dynamic: 4 + 4 = 8 (num_sms is
     # the output's SM count; the limits' 132 SMs set the chunks)
     assert len(codes) == 8 and len(codes) < 10
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
         ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 1024),
-        ("chunked", 8192, 1024), ("static", 1024, 256), ("static", 2048, 512),
-        ("static", 4096, 1024), ("static", 8192, 1024)]
+        ("chunked", 8192, 1024), ("static", 1024, 256), ("static", 2048, 256),
+        ("static", 4096, 512), ("static", 8192, 1024)]
     for code, example in codes.items():
         assert example.code == code
         assert (code.varlen, code.schedule, code.arch) == (varlen, schedule, "sm_90")
@@ -57,7 +57,7 @@ def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     assert brute == set(codes), SEED_NOTE
 
 
-# the default threads of each chunk on a 1024-thread device (static_threads: 256, 512,
+# the default threads of each chunk on a 1024-thread device (slab_threads: 256, 512,
 # 1024; the default chunk at 1024)
 CHUNK_THREADS = {1024: 256, 2048: 512, 4096: 1024, 8192: 1024}
 
@@ -79,7 +79,7 @@ def test_codes_follow_the_slab_boundaries(sm_count, chunks):
     # the 4 static buckets and one chunked cubin per chunk
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == sorted(
         [("chunked", c, CHUNK_THREADS[c]) for c in chunks]
-        + [("static", 1024, 256), ("static", 2048, 512), ("static", 4096, 1024),
+        + [("static", 1024, 256), ("static", 2048, 256), ("static", 4096, 512),
            ("static", 8192, 1024)])
     assert len(codes) == 4 + len(chunks)
     edges = [sm_count * c + d for c in (1024, 2048, 4096) for d in (-1, 0, 1)]
@@ -127,11 +127,11 @@ def test_codes_match_brute_force_under_overrides(sm90, knobs, varlen):
 def test_codes_match_brute_force_on_a_512_thread_device(varlen):
     lim = DeviceLimits("sm_90", 132, max_threads_per_block=512)
     codes = kernels.codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", lim)
-    # static 1024 (256 threads), 2048 / 4096 / 8192 (512); slabs 1024 (static_threads(1024,
+    # static 1024 / 2048 (256 threads), 4096 / 8192 (512); slabs 1024 (slab_threads(1024,
     # 512) = 256), 2048 (512), 4096 (512) and chunk 8192 (512); no dynamic
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
         ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 512),
-        ("chunked", 8192, 512), ("static", 1024, 256), ("static", 2048, 512),
+        ("chunked", 8192, 512), ("static", 1024, 256), ("static", 2048, 256),
         ("static", 4096, 512), ("static", 8192, 512)]
     rng = random.Random(SEED)
     batches = sorted(set(range(1, 12001)) | set(range(55000, 57001))
@@ -165,7 +165,7 @@ def test_codes_for_several_ranges(sm90):
                               "smxx", sm90)
     # 1..100: bucket 1024; 9000: slab 1024 (9000 <= 135168); 3000, 3001: bucket 4096
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 1024, 256), ("static", 1024, 256), ("static", 4096, 1024)]
+        ("chunked", 1024, 256), ("static", 1024, 256), ("static", 4096, 512)]
     brute = {run_plan(b, sm90).code for b in list(range(1, 101)) + [9000, 3000, 3001]}
     assert brute == set(codes)
     # ranges inside the chunked batches: 200000..300000 crosses 132 * 2048 = 270336

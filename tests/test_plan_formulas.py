@@ -18,8 +18,8 @@ from jitmeta.envs import Knobs
 from jitmeta.heuristics.arch import limits_for_arch
 from jitmeta.heuristics.plan import (DEFAULT_CHUNK, SLAB_SIZES, chunked_grid,
                                      largest_tile, smem_chunked, smem_dynamic,
-                                     smem_scratch, smem_static, static_threads,
-                                     tile_words, workspace_words)
+                                     slab_threads, smem_scratch, smem_static,
+                                     static_threads, tile_words, workspace_words)
 
 import plan_oracle as O
 from plan_support import FORMATS, KIB, LAYOUT, SEED, SEED_NOTE, run_plan
@@ -122,7 +122,7 @@ def test_smem_formulas_by_hand():
     assert smem_chunked(8192, 1024, LAYOUT[False], 1024) == 34956
     assert smem_chunked(1024, 256, LAYOUT[True], 0) == 1057 * 4 + 10 * 16 == 4388
     assert smem_chunked(2048, 1024, LAYOUT[False], 1024) == 2113 * 4 + 136 + 1024 == 9612
-    # each slab at its default threads (static_threads(slab, 1024): 256 / 512 / 1024):
+    # each slab at its default threads (slab_threads(slab, 1024): 256 / 512 / 1024):
     # the same bytes as the static bucket of its size
     assert smem_chunked(1024, 256, LAYOUT[False], 1024) == 1057 * 4 + 40 + 1024 == 5292
     assert smem_chunked(1024, 256, LAYOUT[True], 1024) == 1057 * 4 + 160 + 1024 == 5412
@@ -214,20 +214,25 @@ def test_static_threads_by_hand():
         for t in (32, 64, 96, 128, 256, 512, 1024):
             assert static_threads(cap, t) == O.bucket_threads(cap, t, False), (cap, t)
             assert static_threads(cap, t) <= t
-    # max(min(256, threads), min(threads, capacity // 4))
-    assert static_threads(1024, 1024) == max(256, min(1024, 256)) == 256
-    assert static_threads(2048, 1024) == max(256, min(1024, 512)) == 512
-    assert static_threads(4096, 1024) == max(256, min(1024, 1024)) == 1024
-    assert static_threads(8192, 1024) == max(256, min(1024, 2048)) == 1024
+    # max(min(256, threads), min(threads, capacity // 8))
+    assert static_threads(1024, 1024) == max(256, min(1024, 128)) == 256
+    assert static_threads(2048, 1024) == max(256, min(1024, 256)) == 256
+    assert static_threads(4096, 1024) == max(256, min(1024, 512)) == 512
+    assert static_threads(8192, 1024) == max(256, min(1024, 1024)) == 1024
     assert static_threads(16384, 1024) == 1024                   # never above threads
-    # a block limit of 512: the 4096 and 8192 buckets stop at 512
-    assert static_threads(1024, 512) == max(256, min(512, 256)) == 256
-    assert static_threads(2048, 512) == max(256, min(512, 512)) == 512
-    assert static_threads(4096, 512) == max(256, min(512, 1024)) == 512
+    # a block limit of 512: the 8192 bucket stops at 512
+    assert static_threads(1024, 512) == max(256, min(512, 128)) == 256
+    assert static_threads(2048, 512) == max(256, min(512, 256)) == 256
+    assert static_threads(8192, 512) == max(256, min(512, 1024)) == 512
     # at or below 256 threads every bucket takes all of them
     for cap in (1024, 2048, 4096, 8192):
         assert static_threads(cap, 256) == 256
-        assert static_threads(cap, 128) == max(128, min(128, cap // 4)) == 128
+        assert static_threads(cap, 128) == max(128, min(128, cap // 8)) == 128
+    # chunked slabs: a quarter of the slab
+    assert [slab_threads(c, 1024) for c in (1024, 2048, 4096, 8192)] == [256, 512, 1024, 1024]
+    for cap in (1024, 2048, 4096, 8192):
+        for t in (64, 256, 512, 1024):
+            assert slab_threads(cap, t) == O.slab_threads(cap, t, False), (cap, t)
         assert static_threads(cap, 32) == 32
 
 

@@ -218,14 +218,14 @@ def test_smem_budget_override(sm90):
                 run_plan(9414, sm90)
             with pytest.raises(PlanError, match="JITMETA_VARIANT"):
                 run_plan(9317, sm90, varlen=True)
-    # budget 20000 B: bucket 4096 (4225 * 4 + 136 + 1024 = 18060 B) is the last static
-    # (8192: 34956 B); JITMETA_CHUNK=2048 as given, at 1024 threads: 2113 * 4 + 136 +
+    # budget 20000 B: bucket 4096 (512 threads: 4225 * 4 + 72 + 1024 = 17996 B) is the
+    # last static (8192: 34956 B); JITMETA_CHUNK=2048 as given, at 1024 threads: 2113 * 4 + 136 +
     # 1024 = 9612 B; forced dense dynamic: O.tile_words(b) <= (20000 - 1168) / 4 = 4708:
     # 4565 + 142 + 1 = 4708, 4566 -> 4709
     with envs.override(JITMETA_SMEM_BUDGET=20000, JITMETA_CHUNK=2048):
         p = run_plan(4096, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes) \
-            == ("static", 4096, 1024, 18060)
+            == ("static", 4096, 512, 17996)
         for b in (4097, 4565, 4566):  # ceil(b / 2048) = 3
             p = run_plan(b, sm90)
             assert (p.variant, p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \

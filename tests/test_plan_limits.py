@@ -323,7 +323,7 @@ def test_plan_never_exceeds_limits_property():
                 assert chunk in O.SLABS and chunk < O.default_chunk(eff, threads, varlen), note
                 assert slabs <= limits.sm_count, note
                 assert all(-(-batch // c) > limits.sm_count for c in O.SLABS if c < chunk), note
-                assert p.threads == O.bucket_threads(chunk, threads, forced), note
+                assert p.threads == O.slab_threads(chunk, threads, forced), note
                 on_slab[chunk] += 1
             # at most one block per SM, per thread of a block and 1024; none idle
             assert 1 <= p.grid <= min(slabs, limits.sm_count, p.threads, 1024), note

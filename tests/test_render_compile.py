@@ -81,12 +81,12 @@ CASES = [
     # JITMETA_THREADS overrides the bucket's 256: 1057 * 4 + 136 + 1024
     ("sm90-static1024-dense-smxx-t1024", "sm_90", 1024, False, "smxx", 256,
      {"JITMETA_THREADS": 1024}, ("static", 1024, 1024), (5388, 0)),
-    # 2113 * 4 + 72 + 1024
+    # 2113 * 4 + 40 + 1024
     ("sm90-static2048-dense-kv64", "sm_90", 2000, False, "smxx", 64, {},
-     ("static", 2048, 512), (9548, 0)),
-    # 2113 * 4 + 288 + 1024
+     ("static", 2048, 256), (9516, 0)),
+    # 2113 * 4 + 160 + 1024
     ("sm90-static2048-varlen-smxx", "sm_90", 1025, True, "smxx", 256, {},
-     ("static", 2048, 512), (9764, 0)),
+     ("static", 2048, 256), (9636, 0)),
     # 8449 * 4 + 136 + 1024
     ("sm90-static8192-dense-sm90", "sm_90", 8192, False, "sm90", 256, {},
      ("static", 8192, 1024), (34956, 0)),
@@ -119,9 +119,9 @@ CASES = [
     # 2113 * 4 + (128 / 32 + 2) * 16 + 1024 = 8452 + 96 + 1024
     ("sm90-chunked-varlen-sm90-t128-c2048", "sm_90", 2**24, True, "sm90", 256,
      {"JITMETA_THREADS": 128, "JITMETA_CHUNK": 2048}, ("chunked", 2048, 128), (9572, 0)),
-    # 2113 * 4 + 72 + 1024
+    # 2113 * 4 + 40 + 1024
     ("sm100-static2048-dense-sm90", "sm_100", 2000, False, "sm90", 256, {},
-     ("static", 2048, 512), (9548, 0)),
+     ("static", 2048, 256), (9516, 0)),
     # 8449 * 4 + 544 + 1024
     ("sm100-static8192-varlen-smxx", "sm_100", 8000, True, "smxx", 256, {},
      ("static", 8192, 1024), (35364, 0)),
@@ -136,9 +136,9 @@ CASES = [
      ("chunked", 8192, 1024), (34956, 0)),
     ("sm100-chunked-varlen-smxx", "sm_100", 10**6, True, "smxx", 256, {},
      ("chunked", 8192, 1024), (35364, 0)),
-    # 4225 * 4 + 544 + 1024
+    # 4225 * 4 + 288 + 1024
     ("sm90a-static4096-varlen-sm90", "sm_90a", 4000, True, "sm90", 256, {},
-     ("static", 4096, 1024), (18468, 0)),
+     ("static", 4096, 512), (18212, 0)),
     # ceil16(40 + 1024) = 1072; tile_words(20000) = 20000 + 625 + 1 = 20626 words
     ("sm90a-dynamic-dense-smxx-t256", "sm_90a", 20000, False, "smxx", 256,
      {"JITMETA_THREADS": 256, "JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 256),

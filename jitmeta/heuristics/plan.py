@@ -34,6 +34,7 @@ from .arch import DeviceLimits
 
 __all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_batches",
            "smem_static", "smem_dynamic", "smem_chunked", "smem_scratch", "tile_words",
+           "static_threads", "slab_threads",
            "VARIANTS", "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK",
            "SLAB_SIZES", "MAX_GRID", "EPOCH_WORDS", "workspace_words", "chunked_grid"]
 
@@ -194,8 +195,17 @@ def _bucket(batch: int) -> int:
 
 
 def static_threads(capacity: int, threads: int) -> int:
-    """Default block size of a static bucket: a quarter of its capacity, 256 to
-    ``threads`` (small batches finish sooner with fewer warps to synchronize)."""
+    """Default block size of a static bucket: an eighth of its capacity, 256 to
+    ``threads``. One block is bound by the instructions it issues and by its barriers:
+    on an H200, 4096 elements took 3.3 us at 512 threads against 3.7 at 1024 (dense;
+    varlen 4.2 against 4.9), 1024 elements 2.8 at 256 against 3.2 at 1024, and 8192
+    were equal at 512 and 1024 (the tuning table of docs/benchmarks/)."""
+    return max(min(256, threads), min(threads, capacity // 8))
+
+
+def slab_threads(capacity: int, threads: int) -> int:
+    """Default block size of a chunked slab: a quarter of its capacity, 256 to
+    ``threads`` (a small block reaches its barriers sooner)."""
     return max(min(256, threads), min(threads, capacity // 4))
 
 
@@ -234,8 +244,11 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
 
     tuned = knobs.threads is None
 
-    def tile_threads(capacity: int) -> int:  # a bucket's / slab's own block size
+    def bucket_threads(capacity: int) -> int:  # a static bucket's own block size
         return static_threads(capacity, threads) if tuned else threads
+
+    def tile_threads(capacity: int) -> int:  # a chunked slab's own block size
+        return slab_threads(capacity, threads) if tuned else threads
 
     def spec(variant: str, capacity: int, t: int = threads) -> CodeSpec:
         return CodeSpec(variant, bool(varlen), schedule, int(split_kv), t, capacity, arch)
@@ -248,7 +261,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
     def make(variant: str, why: str) -> Plan | None:
         if variant == "static":
             cap = _bucket(batch)
-            t = tile_threads(cap)
+            t = bucket_threads(cap)
             smem = smem_static(cap, t, layout, rsv)
             if smem > lim.smem_static_bytes:
                 return None
