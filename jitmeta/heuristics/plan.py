@@ -198,7 +198,7 @@ def static_threads(capacity: int, threads: int) -> int:
     """Default block size of a static bucket: an eighth of its capacity, 256 to
     ``threads``. One block is bound by the instructions it issues and by its barriers:
     on an H200, 4096 elements took 3.3 us at 512 threads against 3.7 at 1024 (dense;
-    varlen 4.2 against 4.9), 1024 elements 2.8 at 256 against 3.2 at 1024, and 8192
+    varlen 4.2 against 4.9), 1024 elements 2.8 at 256 against 3.3 at 1024, and 8192
     were equal at 512 and 1024 (the tuning table of docs/benchmarks/)."""
     return max(min(256, threads), min(threads, capacity // 8))
 
