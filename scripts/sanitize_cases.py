@@ -46,6 +46,21 @@ def main() -> int:
                     bad += not ok
                     print(f"{variant:8s} batch={batch:6d} varlen={varlen!s:5s} "
                           f"{schedule} num_sms={num_sms:5d} {'ok' if ok else 'MISMATCH'}")
+    # one request holding most SMs: its rows go through the row queue (chunked slabs
+    # of 1024; varlen, every token its own request / atom)
+    for schedule in jitmeta.SCHEDULES:
+        for varlen in (False, True):
+            ctx = torch.randint(0, 300, (5000, 1), generator=gen, dtype=torch.int32)
+            ctx[1234, 0] = 2**31 - 1
+            ctx = ctx.cuda()
+            idx = torch.arange(5000, dtype=torch.int32).cuda() if varlen else None
+            with envs.override(JITMETA_VARIANT="chunked", JITMETA_CHUNK=1024):
+                got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, 132, idx,
+                                                            schedule=schedule)
+            ok = torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx, schedule=schedule))
+            bad += not ok
+            print(f"queue    batch=  5000 varlen={varlen!s:5s} {schedule} num_sms=  132 "
+                  f"{'ok' if ok else 'MISMATCH'}")
     # all-zero lengths at a multiple of 32 (an upstream kernel faults there)
     z = torch.zeros(1024, 1, dtype=torch.int32, device="cuda")
     for schedule in jitmeta.SCHEDULES:
