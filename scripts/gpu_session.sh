@@ -21,6 +21,25 @@ cd /tmp   # import the installed package, not the checkout
 repo=$OLDPWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, jitmeta; print('torch', torch.__version__, 'jitmeta', jitmeta.__version__)" | tee -a "$OUT/device.txt"
+# The package in .before/ (an earlier version), installed once per run into
+# /tmp/site-before for the stages that compare versions.
+before_ready=""
+install_before() {
+  [ -n "$before_ready" ] && return 0
+  rm -rf /tmp/site-before
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+      --no-cache-dir --target /tmp/site-before "$repo"/.whl/*.whl "$repo/.before" \
+      > /tmp/install-before.log 2>&1 || { cat /tmp/install-before.log; return 1; }
+  before_ready=1
+}
+# Runs a command with version $1 ("before" or "after": this one) importable, each
+# version with its own kernel cache.
+as_version() {
+  local which=$1 site=/tmp/site
+  shift
+  [ "$which" = before ] && site=/tmp/site-before
+  PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which "$@"
+}
 rc=0
 for stage in $stages; do
   case $stage in
@@ -58,44 +77,33 @@ for stage in $stages; do
     hostcmp)
       # host cost per eager call, this version against the one in .before/, the same
       # script (public API only, --no-breakdown), alternating, twice each
-      rm -rf /tmp/site-before
-      python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-          --no-cache-dir --target /tmp/site-before "$repo"/.whl/*.whl "$repo/.before" > /tmp/install-before.log 2>&1 \
-          || { cat /tmp/install-before.log; rc=1; continue; }
+      install_before || { rc=1; continue; }
       for i in 1 2; do
         for which in before after; do
-          site=/tmp/site; [ $which = before ] && site=/tmp/site-before
-          JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which PYTHONPATH=$site timeout 120 \
-              python3 "$repo/bench/benchmark_host.py" --no-breakdown \
-              --json "$OUT/hostcmp-$which-$i.json" > "$OUT/hostcmp-$which-$i.log" 2>&1
+          as_version $which timeout 120 python3 "$repo/bench/benchmark_host.py" \
+              --no-breakdown --json "$OUT/hostcmp-$which-$i.json" \
+              > "$OUT/hostcmp-$which-$i.log" 2>&1
           r=$?; echo "hostcmp $which run $i: exit $r"; grep "^host" "$OUT/hostcmp-$which-$i.log"
           rc=$((rc | r))
         done
       done ;;
     profile)
-      # cProfile of eager calls, this version and the one in .before/ (see hostcmp)
-      [ -d /tmp/site-before/jitmeta ] || python3 -m pip install -q --no-index --no-deps \
-          --no-build-isolation --no-compile --no-cache-dir --target /tmp/site-before \
-          "$repo"/.whl/*.whl "$repo/.before" > /tmp/install-before.log 2>&1
+      # cProfile of eager calls, this version and the one in .before/
+      install_before || { rc=1; continue; }
       for which in before after; do
-        site=/tmp/site; [ $which = before ] && site=/tmp/site-before
         for extra in "" "--out-arg"; do
           echo "== profile $which $extra"
-          PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which timeout 120 \
-              python3 "$repo/bench/profile_call.py" $extra 2>&1 | tee -a "$OUT/profile-$which.log"
+          as_version $which timeout 120 python3 "$repo/bench/profile_call.py" $extra 2>&1 |
+              tee -a "$OUT/profile-$which.log"
         done
       done ;;
     ncu)
       # Nsight Compute over bench/ncu_cases.py, this version and the one in .before/
-      [ -d /tmp/site-before/jitmeta ] || python3 -m pip install -q --no-index --no-deps \
-          --no-build-isolation --no-compile --no-cache-dir --target /tmp/site-before \
-          "$repo"/.whl/*.whl "$repo/.before" > /tmp/install-before.log 2>&1
+      install_before || { rc=1; continue; }
       for which in before after; do
-        site=/tmp/site; [ $which = before ] && site=/tmp/site-before
-        PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which timeout 200 \
-            ncu -k regex:jitmeta_emit --section SpeedOfLight --section WarpStateStats \
-            --section InstructionStats --section SchedulerStats --section LaunchStats \
-            --section SourceCounters python3 "$repo/bench/ncu_cases.py" \
+        as_version $which timeout 200 ncu -k regex:jitmeta_emit --section SpeedOfLight \
+            --section WarpStateStats --section InstructionStats --section SchedulerStats \
+            --section LaunchStats --section SourceCounters python3 "$repo/bench/ncu_cases.py" \
             > "$OUT/ncu-$which.txt" 2>&1
         r=$?; echo "ncu $which: exit $r"; grep -E "exact|Duration|Executed Instructions " "$OUT/ncu-$which.txt" | head -40
       done ;;
