@@ -194,19 +194,24 @@ def _bucket(batch: int) -> int:
     return cap
 
 
+def _block_size(capacity: int, threads: int, per_thread: int) -> int:
+    """``capacity / per_thread`` threads, clamped to [min(256, threads), threads]."""
+    return max(min(256, threads), min(threads, capacity // per_thread))
+
+
 def static_threads(capacity: int, threads: int) -> int:
     """Default block size of a static bucket: an eighth of its capacity, 256 to
     ``threads``. One block is bound by the instructions it issues and by its barriers:
     on an H200, 4096 elements took 3.3 us at 512 threads against 3.7 at 1024 (dense;
     varlen 4.2 against 4.9), 1024 elements 2.8 at 256 against 3.3 at 1024, and 8192
     were equal at 512 and 1024 (the tuning table of docs/benchmarks/)."""
-    return max(min(256, threads), min(threads, capacity // 8))
+    return _block_size(capacity, threads, 8)
 
 
 def slab_threads(capacity: int, threads: int) -> int:
     """Default block size of a chunked slab: a quarter of its capacity, 256 to
     ``threads`` (a small block reaches its barriers sooner)."""
-    return max(min(256, threads), min(threads, capacity // 4))
+    return _block_size(capacity, threads, 4)
 
 
 def _threads(limits: DeviceLimits, knobs: Knobs) -> int:
@@ -244,11 +249,8 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
 
     tuned = knobs.threads is None
 
-    def bucket_threads(capacity: int) -> int:  # a static bucket's own block size
-        return static_threads(capacity, threads) if tuned else threads
-
-    def tile_threads(capacity: int) -> int:  # a chunked slab's own block size
-        return slab_threads(capacity, threads) if tuned else threads
+    def own_threads(rule, capacity: int) -> int:  # a bucket's / slab's block size
+        return rule(capacity, threads) if tuned else threads
 
     def spec(variant: str, capacity: int, t: int = threads) -> CodeSpec:
         return CodeSpec(variant, bool(varlen), schedule, int(split_kv), t, capacity, arch)
@@ -261,7 +263,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
     def make(variant: str, why: str) -> Plan | None:
         if variant == "static":
             cap = _bucket(batch)
-            t = bucket_threads(cap)
+            t = own_threads(static_threads, cap)
             smem = smem_static(cap, t, layout, rsv)
             if smem > lim.smem_static_bytes:
                 return None
@@ -280,7 +282,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             small = next((c for c in SLAB_SIZES
                           if c < chunk and batch <= lim.sm_count * c), None)
             if small is not None:
-                slab, t = small, tile_threads(small)
+                slab, t = small, own_threads(slab_threads, small)
         smem = smem_chunked(slab, t, layout, rsv)
         if smem > lim.smem_static_bytes:
             return None
