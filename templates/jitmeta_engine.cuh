@@ -35,9 +35,14 @@
 //                          thread's slice in order: placer.hits(hi) / placer.place(...)
 //   row(first, div, off)   the row of the SM starting `off` units into a unit
 //   end_row(batch, mult)   the row of an SM starting at the total
-//   emit_whole(tile, t, n, batch, mult, S, out)  the rows of a whole batch held by one
-//                          block, SIMT-parallel (false: the format leaves them to the
-//                          walk)
+//   prefix_whole(tile, t, mult, &total)  a whole batch held by one block: turns the
+//                          tile into non-decreasing keys (the work up to and including
+//                          each element, under kKeyMask) and gives the 32-bit total;
+//                          false (tile intact) when the format cannot (a total too
+//                          large): the rows are then walked
+//   kKeyMask               the bits of a prefix word that hold its key
+//   row_at(tile, e, x, mult)  the row of work position x, which lies in element e of
+//                          the prefix tile
 //
 // Varlen tile words pack seg | boundary << 31 (seg = ceil(ctx / split_kv) fits 31 bits
 // because ctx is a non-negative int32; boundary: the token starts a run of equal
@@ -319,11 +324,38 @@ struct Engine : F {
         }
     }
 
+    // The rows of a whole batch held by one block, SIMT-parallel: the tile becomes the
+    // prefix keys (F::prefix_whole) and thread s binary-searches them for the element
+    // holding SM s's start (the first key past it). Returns false, nothing written,
+    // when the format leaves the batch to the walk.
+    __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
+                                                      u32 batch, u32 mult, u32 num_sms,
+                                                      int* __restrict__ out) {
+        u32 total;
+        if (!F::prefix_whole(tile, t, mult, &total)) return false;  // uniform: t.block
+        __syncthreads();
+        const u32 q = total / num_sms, r = total % num_sms;
+        for (u32 s = threadIdx.x; s <= num_sms; s += THREADS) {
+            const u32 x = F::sm_start(s, q, r, num_sms);
+            int2 row = F::end_row(batch, mult);  // start(s) == total
+            if (x < total) {  // then some key exceeds x: the last one is the total
+                u32 a = 0, b = n;
+                while (a < b) {
+                    const u32 mid = (a + b) >> 1;
+                    if ((tile[pad(mid)] & F::kKeyMask) > x) b = mid; else a = mid + 1u;
+                }
+                row = F::row_at(tile, a, x, mult);
+            }
+            reinterpret_cast<int2*>(out)[s] = row;
+        }
+        return true;
+    }
+
     // Writes the rows of every SM whose start lies in the scanned slab (carry-in:
     // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
     // `whole`: the slab is the whole batch and its own work is the total); `last` says
     // this slab also owns the rows of the SMs starting at the total (F::end_row).
-    // A whole batch in one block goes to F::emit_whole first, which may take it: one
+    // A whole batch in one block goes to emit_whole first, which may take it: one
     // block of many warps is bound by the instructions it issues, and a walk computes
     // each row in one lane while its warp waits, where a search over prefix sums
     // computes 32 rows per warp instruction (measured on an H200: 26.5K warp
@@ -335,7 +367,7 @@ struct Engine : F {
                                                         bool whole, bool last, u32 batch,
                                                         u32 mult, u32 num_sms,
                                                         int* __restrict__ out, Scratch& sc) {
-        if (whole && F::emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
+        if (whole && emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
         const S before = S::compose(carry, t.before);
         if (whole) total = F::work(S::compose(carry, t.block));
         Placer p;

@@ -163,38 +163,24 @@ struct Schedule {
         }
     }
 
-    // The rows of a block holding the whole batch (n elements): the tile becomes the
-    // prefix sums and each SM's row is found by a binary search over them, one SM per
-    // thread. Returns true (every row written).
-    __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
-                                                      u32 batch, u32 atoms, u32 num_sms,
-                                                      int* __restrict__ out) {
+    // A block holding the whole batch: the tile becomes its inclusive prefix sums (the
+    // keys the engine searches; uint32, so always possible).
+    static constexpr u32 kKeyMask = 0xffffffffu;
+    __device__ __forceinline__ static bool prefix_whole(u32* tile, const Scanned<S>& t,
+                                                        u32 /*atoms*/, u32* total) {
         prefix_slice(tile, t.b, t.end, t.before.total(kInitialParity),
                      t.before.parity(kInitialParity), t.after);
-        __syncthreads();
-        const u32 total = t.block.total(kInitialParity);
-        u32 q, r;
-        split_total(total, num_sms, &q, &r);
-        for (u32 s = threadIdx.x; s <= num_sms; s += THREADS) {
-            const u32 x = sm_start(s, q, r, num_sms);
-            int2 row = end_row(batch, atoms);  // start(s) == total
-            if (x < total) {
-                u32 a = 0, b = n;  // first i with P[i] > x
-                while (a < b) {
-                    const u32 mid = (a + b) >> 1;
-                    if (tile[pad(mid)] > x) b = mid; else a = mid + 1u;
-                }
-                const u32 prev = a ? tile[pad(a - 1u)] : 0u;
-                row = row_of(a, tile[pad(a)] - prev, x - prev, atoms);
-            }
-            reinterpret_cast<int2*>(out)[s] = row;
-        }
+        *total = t.block.total(kInitialParity);
         return true;
     }
 
-    // The row of position `off` inside element i (work w): the atom formats' row.
-    __device__ __forceinline__ static int2 row_of(u32 i, u32 w, u32 off, u32 atoms) {
-        return VARLEN ? row((int)i, 0u, off) : row((int)(i * atoms), w / atoms, off);
+    // The row of work position x inside element e of the prefix tile: dense, request e
+    // (its atoms start at e * atoms and split its work atom-major); varlen, the atom of
+    // token e.
+    __device__ __forceinline__ static int2 row_at(const u32* tile, u32 e, u32 x, u32 atoms) {
+        const u32 prev = e ? tile[pad(e - 1u)] : 0u;
+        if (VARLEN) return row((int)e, 0u, x - prev);
+        return row((int)(e * atoms), (tile[pad(e)] - prev) / atoms, x - prev);
     }
 
     // The row of the SM starting `off` units into a unit: dense, the request whose

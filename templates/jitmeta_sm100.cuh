@@ -27,12 +27,17 @@
 // so the modular result is exact. A prefix of the batch starts with token 0, a
 // boundary, so it has no leading run ends: its work is `closed` (pre_a = pre_b = 0).
 //
-// Rows: each thread walks its slice again and offers the engine's Placer every request
-// ending in it (dense: every element; varlen: every run end), with its work range and
-// its start token; the row of an SM starting `off` units into it is (start, off /
-// tokens). Divisions run in 32 bits whenever their operands fit.
+// Rows: a block holding the whole batch searches 32-bit prefix keys (prefix_whole,
+// row_at) while the total fits them; otherwise each thread walks its slice again and
+// offers the engine's Placer every request ending in it (dense: every element; varlen:
+// every run end), with its work range and its start token; the row of an SM starting
+// `off` units into it is (start, off / tokens). Divisions run in 32 bits whenever their
+// operands fit.
 
 namespace jitmeta {
+
+// The type of sm_start's remainder: the width its quotient chose (not deduced).
+template <class W> struct Width { typedef W type; };
 
 template <bool VARLEN> struct Sm100Summary;
 
@@ -101,9 +106,11 @@ struct Sm100 {
         return segs(ctx);
     }
 
-    // w(s) = s * q + min(s, r).
-    __device__ __forceinline__ static u64 sm_start(u32 s, u64 q, u64 r, u32 /*num_sms*/) {
-        return (u64)s * q + ((u64)s < r ? (u64)s : r);
+    // w(s) = s * q + min(s, r), in the width of q (32 bits where the total fits).
+    template <class W>
+    __device__ __forceinline__ static W sm_start(u32 s, W q, typename Width<W>::type r,
+                                                 u32 /*num_sms*/) {
+        return (W)s * q + ((W)s < r ? (W)s : r);
     }
 
     // The work of a prefix of the batch (no leading run ends: see the top).
@@ -175,40 +182,64 @@ struct Sm100 {
         return r + (u32)quot(x - wide - 1u, q) + 1u;
     }
 
-    // The rows of a block holding the whole batch (n elements), when it can do them
-    // SIMT-parallel: dense with a total that fits 32 bits. The tile becomes 32-bit
-    // prefix sums and each SM's row is found by a binary search over them, one SM per
-    // thread. Returns false (nothing written, the tile intact) otherwise.
-    __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
-                                                      u32 batch, u32 next_n, u32 num_sms,
-                                                      int* __restrict__ out) {
-        if constexpr (VARLEN) {
-            return false;
-        } else {
-            const u64 total = t.block.work;
-            if ((total >> 32) != 0) return false;
-            u32 acc = (u32)t.before.work;
+    // A block holding the whole batch: the tile becomes the work up to and including
+    // each element (dense: each request; varlen: each token, a run's work counted at its
+    // last token), in 32 bits, so only when the total fits: dense below 2^32; varlen
+    // below 2^31, because bit 31 keeps each token's run-start flag (row_at needs it).
+    // Varlen also leaves, in the spare word after each group of 32 tokens, the start of
+    // the run holding the group's last token.
+    static constexpr u32 kKeyMask = VARLEN ? kSegMask : 0xffffffffu;
+    __device__ __forceinline__ static bool prefix_whole(u32* tile, const Scanned<S>& t,
+                                                        u32 next_n, u32* total) {
+        const u64 all = work(t.block);
+        if (all >> (VARLEN ? 31 : 32)) return false;
+        *total = (u32)all;
+        u32 acc = (u32)work(t.before);  // every sum below is at most the total
+        if constexpr (!VARLEN) {
             for (u32 i = t.b; i < t.end; ++i) {
-                acc += tile[pad(i)] * next_n;  // <= the total: no wrap
+                acc += tile[pad(i)] * next_n;
                 tile[pad(i)] = acc;
             }
-            __syncthreads();
-            const u32 q = (u32)total / num_sms, r = (u32)total % num_sms;
-            for (u32 s = threadIdx.x; s <= num_sms; s += THREADS) {
-                const u32 x = s * q + (s < r ? s : r);
-                int2 row = end_row(batch, next_n);  // w(s) == total
-                if (x < (u32)total) {
-                    u32 a = 0, b = n;  // first i with P[i] > x
-                    while (a < b) {
-                        const u32 mid = (a + b) >> 1;
-                        if (tile[pad(mid)] > x) b = mid; else a = mid + 1u;
-                    }
-                    const u32 prev = a ? tile[pad(a - 1u)] : 0u;
-                    row = make_int2((int)(a * next_n), (int)((x - prev) / next_n));
-                }
-                reinterpret_cast<int2*>(out)[s] = row;
+        } else {
+            u32 rs = t.before.lastb == S::kNone ? 0u : t.before.lastb;  // current run start
+            u32 cur = t.b < t.end ? tile[pad(t.b)] : 0u;
+            for (u32 i = t.b; i < t.end; ++i) {  // lo = 0: i is the token
+                const u32 next = i + 1u < t.end ? tile[pad(i + 1u)] : t.after;
+                const u32 flag = cur & kBoundary;
+                if (flag) rs = i;
+                if (next & kBoundary) acc += (cur & kSegMask) * (i - rs + 1u);  // a run end
+                tile[pad(i)] = acc | flag;
+                if ((i & 31u) == 31u) tile[pad(i) + 1u] = rs;  // the group's spare word
+                cur = next;
             }
-            return true;
+        }
+        return true;
+    }
+
+    // The start of the run holding token e of the prefix tile: the last flagged token
+    // at or before e in e's group of 32 (eight words at a time), else the run start the
+    // previous group left in its spare word (token 0 is always flagged).
+    __device__ __forceinline__ static u32 run_start(const u32* tile, u32 e) {
+        const u32 g0 = e & ~31u;
+        for (u32 top = e + 1u; top > g0; top = top > g0 + 8u ? top - 8u : g0) {
+            u32 flags = 0;  // bit k: token top - 1 - k is flagged
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k)
+                if (k < top - g0) flags |= (tile[pad(top - 1u - k)] >> 31) << k;
+            if (flags) return top - (u32)__ffs(flags);
+        }
+        return tile[pad(g0 - 1u) + 1u];
+    }
+
+    // The row of work position x inside token e of the prefix tile (dense: request e).
+    __device__ __forceinline__ static int2 row_at(const u32* tile, u32 e, u32 x, u32 next_n) {
+        if constexpr (!VARLEN) {
+            const u32 prev = e ? tile[pad(e - 1u)] : 0u;
+            return make_int2((int)(e * next_n), (int)((x - prev) / next_n));
+        } else {
+            const u32 rs = run_start(tile, e);  // the run [rs, e] holds x
+            const u32 prev = rs ? tile[pad(rs - 1u)] & kSegMask : 0u;
+            return make_int2((int)rs, (int)((x - prev) / (e - rs + 1u)));
         }
     }
 

@@ -273,7 +273,7 @@ MUTANTS = [
      [(r"return \(x - 1u\) / \(q \+ 1u\) \+ 1u;", "return (x - 1u) / (q + 1u) + 2u;")],
      ("static", "chunked"), ("dense", "varlen")),
     ("whole-batch search picks the item ending at the start",
-     [(r"if \((tile\[[^\]]*\bmid\b[^\]]*\]) > x\)", r"if (\1 >= x)")],
+     [(r"if \(\((tile\[pad\(mid\)\] & F::kKeyMask)\) > x\)", r"if ((\1) >= x)")],
      ("static", "dynamic"), ("dense", "varlen")),
     ("block carry includes its own blocks", [(r"sc\.broadcast\[0\] = before;",
                                                "sc.broadcast[0] = S::compose(before, slot);")],

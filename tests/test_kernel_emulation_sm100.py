@@ -217,6 +217,49 @@ def test_sm100_totals_around_2_32():
     check_all(cases, "sm100 totals around 2^32")
 
 
+def around_2_31_cases(rng, g, variants=("static", "dynamic", "chunked")) -> list[Case]:
+    """Varlen totals of 2^31 - 1, 2^31 and 2^31 + 1 work units: a block holding the whole
+    batch searches 31-bit prefix keys below 2^31 (bit 31 flags run starts) and walks its
+    rows from 2^31 on."""
+    cases = []
+    seg23 = 2**31 - 1  # ceil(ctx / 256) = 2^23: 256 of them make 2^31
+    for delta in (-1, 0, 1):
+        for variant in variants:
+            ctx = torch.full((256 + (delta > 0), 1), seg23, dtype=torch.int32)
+            if delta < 0:  # the last token one split shorter
+                ctx[-1, 0] = 2**31 - 256
+            if delta > 0:  # one more token of one split
+                ctx[-1, 0] = 1
+            batch = ctx.shape[0]
+            idx = torch.arange(batch, dtype=torch.int32)  # the last token: a run alone
+            start = rng.randint(0, 60)
+            idx[start:start + rng.randint(33, 150)] = -3  # a run across groups of 32
+            assert total_work(ctx, idx) == 2**31 + delta
+            for num_sms in (1, 3, 132, 4100):
+                cases.append(make_case(rng, g, variant, True, batch, threads=64,
+                                       chunk=32 if variant == "chunked" else None, ctx=ctx,
+                                       idx=idx, num_sms=num_sms, sm_count=3))
+    return cases
+
+
+def test_sm100_varlen_totals_around_2_31():
+    rng, g = rngs("around 2^31")
+    check_all(around_2_31_cases(rng, g), "sm100 varlen totals around 2^31")
+
+
+def test_sm100_varlen_keys_past_2_31_are_caught():
+    """Prefix keys kept past 2^31 (the run-start flag then corrupts them) give wrong rows
+    on the cases above: the switch to the walk is needed, and tested."""
+    rng, g = rngs("keys past 2^31")
+    edit = (r"if \(all >> \(VARLEN \? 31 : 32\)\) return false;", "if (all >> 32) return false;")
+    cases = []
+    for case in around_2_31_cases(rng, g, ("static", "dynamic")):
+        broken, n = re.subn(edit[0], edit[1], render(case.plan.code))
+        assert n == 1, "the sm100 source no longer holds the 2^31 switch: update this test"
+        cases.append(dataclasses.replace(case, source=broken))
+    assert_mutant_caught("keys past 2^31", cases, deadlock_s=20)
+
+
 def test_sm100_all_zero_and_num_sms_extremes():
     rng, g = rngs("zeros")
     cases = []
@@ -307,6 +350,18 @@ MUTANTS = [
      ("static", "dynamic"), ("dense",)),
     ("divisions in 32 bits past 2^32", [(r"return \(\(a \| b\) >> 32\) == 0 \?", "return true ?")],
      ("static", "chunked"), ("dense", "varlen")),
+    ("whole-batch run start ignores the previous group's spare word",
+     [(r"return tile\[pad\(g0 - 1u\) \+ 1u\];", "return g0;")],
+     ("static", "dynamic"), ("varlen",)),
+    ("whole-batch prefix keys flag every token as a run start",
+     [(r"tile\[pad\(i\)\] = acc \| flag;", "tile[pad(i)] = acc | kBoundary;")],
+     ("static", "dynamic"), ("varlen",)),
+    ("whole-batch run start skips the group's first token",
+     [(r"if \(k < top - g0\)", "if (k + 1u < top - g0)")],
+     ("static", "dynamic"), ("varlen",)),
+    ("whole-batch search compares flagged words",
+     [(r"\(tile\[pad\(mid\)\] & F::kKeyMask\)", "tile[pad(mid)]")],
+     ("static", "dynamic"), ("varlen",)),
 ]
 
 
