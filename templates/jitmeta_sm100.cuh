@@ -16,16 +16,18 @@
 // a run, or there is none): weight(t) = segs(ctx[t]) * (t - run_start(t) + 1). The run
 // start is the last boundary at or before t, so a segment of tokens is summarized, as
 // a function of the run start rs coming into it, by
-//   lastb   its last boundary position (kNone if it has none),
-//   closed  the weights of its run ends after its first boundary (rs-independent),
-//   pre_a   sum of segs * (t + 1) over its run ends before its first boundary,
-//   pre_b   sum of segs over those,
-// and adds closed + pre_a - rs * pre_b. Composition "A then B" resolves B's leading run
-// ends with A's last boundary when A has one, else they stay leading; it is
-// associative, so slices, slabs and blocks are joined by ordinary scans. All sums are
-// mod 2^64: pre_a alone may wrap, but every evaluated work is a true total (< 2^64),
-// so the modular result is exact. A prefix of the batch starts with token 0, a
-// boundary, so it has no leading run ends: its work is `closed` (pre_a = pre_b = 0).
+//   lastb     its last boundary position (kNone if it has none),
+//   closed    the weights of its run ends after its first boundary (rs-independent),
+//   lead_seg, lead_end   its run end before its first boundary, if any: segs and
+//             token + 1 (lead_end = 0: none). There is at most one: tokens before the
+//             first boundary all belong to the run coming in, which ends once,
+// and adds closed + lead_seg * (lead_end - rs). Composition "A then B" resolves B's
+// leading run end with A's last boundary when A has one; else at most one of A and B
+// has a leading run end (if A, a run end with no boundary after it in A, it is A's
+// last token, and B starts with a boundary), and it stays leading. The composition is
+// associative, so slices, slabs and blocks are joined by ordinary scans. A prefix of
+// the batch starts with token 0, a boundary, so it has no leading run end: its work is
+// `closed`. All work sums are 64-bit; the summary is five 32-bit fields and a spare.
 //
 // Rows: a block holding the whole batch searches 32-bit prefix keys (prefix_whole,
 // row_at) while the total fits them; otherwise each thread walks its slice again and
@@ -58,32 +60,34 @@ template <> struct Sm100Summary<false> {
 
 template <> struct Sm100Summary<true> {
     static constexpr u32 kNone = 0xffffffffu;  // no boundary in the segment
-    u64 closed, pre_a, pre_b;
-    u32 lastb, spare;  // spare: always 0 (the summary is published field by field)
+    u64 closed;
+    u32 lead_seg, lead_end, lastb;
+    u32 spare;  // always 0 (the summary is published field by field)
     __device__ __forceinline__ static Sm100Summary identity() {
-        return {0ull, 0ull, 0ull, kNone, 0u};
+        return {0ull, 0u, 0u, kNone, 0u};
     }
     // "a then b"
     __device__ __forceinline__ static Sm100Summary compose(const Sm100Summary& a,
                                                            const Sm100Summary& b) {
-        const bool has = a.lastb != kNone;  // b's leading run ends start at a.lastb
+        const bool has = a.lastb != kNone;  // b's leading run end started at a.lastb
         Sm100Summary c;
-        c.closed = a.closed + b.closed + (has ? b.pre_a - (u64)a.lastb * b.pre_b : 0ull);
-        c.pre_a = has ? a.pre_a : a.pre_a + b.pre_a;
-        c.pre_b = has ? a.pre_b : a.pre_b + b.pre_b;
+        // b.lead_end > a.lastb when b has a leading run end; else b.lead_seg is 0
+        c.closed = a.closed + b.closed + (has ? (u64)b.lead_seg * (b.lead_end - a.lastb) : 0ull);
+        c.lead_seg = has ? a.lead_seg : a.lead_seg + b.lead_seg;  // one of them is 0
+        c.lead_end = has ? a.lead_end : a.lead_end + b.lead_end;
         c.lastb = b.lastb != kNone ? b.lastb : a.lastb;
         c.spare = 0u;
         return c;
     }
     __device__ __forceinline__ Sm100Summary shfl_up(u32 delta) const {
         return {__shfl_up_sync(0xffffffffu, closed, delta),
-                __shfl_up_sync(0xffffffffu, pre_a, delta),
-                __shfl_up_sync(0xffffffffu, pre_b, delta),
+                __shfl_up_sync(0xffffffffu, lead_seg, delta),
+                __shfl_up_sync(0xffffffffu, lead_end, delta),
                 __shfl_up_sync(0xffffffffu, lastb, delta), 0u};
     }
     __device__ __forceinline__ Sm100Summary shfl(int lane) const {
-        return {__shfl_sync(0xffffffffu, closed, lane), __shfl_sync(0xffffffffu, pre_a, lane),
-                __shfl_sync(0xffffffffu, pre_b, lane), __shfl_sync(0xffffffffu, lastb, lane),
+        return {__shfl_sync(0xffffffffu, closed, lane), __shfl_sync(0xffffffffu, lead_seg, lane),
+                __shfl_sync(0xffffffffu, lead_end, lane), __shfl_sync(0xffffffffu, lastb, lane),
                 0u};
     }
 };
@@ -94,7 +98,7 @@ struct Sm100 {
     typedef u64 Work;
     static constexpr int kThreads = THREADS;
     static constexpr bool kVarlen = VARLEN;
-    static constexpr u32 kSlotWords = VARLEN ? 16 : 8;  // 8 / 2 fields of 32 bits
+    static constexpr u32 kSlotWords = VARLEN ? 16 : 8;  // 6 / 2 fields of 32 bits
     static constexpr u32 kTileAlign = 2;  // 8-byte summaries share the block's smem
 
     __device__ __forceinline__ static u32 segs(int ctx) {
@@ -116,7 +120,7 @@ struct Sm100 {
     // The work of a prefix of the batch (no leading run ends: see the top).
     __device__ __forceinline__ static u64 work(const S& prefix) {
         if constexpr (VARLEN) {
-            return prefix.closed + prefix.pre_a;
+            return prefix.closed;
         } else {
             return prefix.work;
         }
@@ -132,26 +136,26 @@ struct Sm100 {
             *after = 0u;
             return S{sum * next_n};
         } else {
-            u64 closed = 0, pre_a = 0, pre_b = 0;
-            u32 lastb = S::kNone;
+            u64 closed = 0;
+            u32 lead_seg = 0, lead_end = 0, lastb = S::kNone;
             u32 cur = b < end ? tile[pad(b)] : 0u;
             for (u32 i = b; i < end; ++i) {
                 const u32 next = tile[pad(i + 1)];
                 const u32 t = lo + i;
                 if (cur & kBoundary) lastb = t;
                 if (next & kBoundary) {  // t ends a run
-                    const u64 seg = cur & kSegMask;
+                    const u32 seg = cur & kSegMask;
                     if (lastb != S::kNone) {
-                        closed += seg * (u64)(t - lastb + 1u);
+                        closed += (u64)seg * (t - lastb + 1u);
                     } else {
-                        pre_a += seg * ((u64)t + 1u);
-                        pre_b += seg;
+                        lead_seg = seg;
+                        lead_end = t + 1u;
                     }
                 }
                 cur = next;
             }
             *after = cur;
-            return S{closed, pre_a, pre_b, lastb, 0u};
+            return S{closed, lead_seg, lead_end, lastb, 0u};
         }
     }
 

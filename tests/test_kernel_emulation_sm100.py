@@ -312,8 +312,8 @@ def test_sm100_library_default_configurations():
 # (name, [(pattern, replacement)], variants, modes): real bugs in the sm100 format and in
 # the shared machinery, as the sm100 source contains them.
 MUTANTS = [
-    ("leading run ends resolved with run start 0",
-     [(r"b\.pre_a - \(u64\)a\.lastb \* b\.pre_b", "b.pre_a")],
+    ("leading run end resolved with run start 0",
+     [(r"\(u64\)b\.lead_seg \* \(b\.lead_end - a\.lastb\)", "(u64)b.lead_seg * b.lead_end")],
      ("static", "chunked"), ("varlen",)),
     ("slice run start not carried in",
      [(r"u32 rs = before\.lastb == S::kNone \? 0u : before\.lastb;", "u32 rs = 0u;")],

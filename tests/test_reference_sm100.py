@@ -283,8 +283,9 @@ NONE = None
 
 def summary_of(words, lo):
     """Summary of tokens [lo, lo + len(words) - 1): words are (seg, boundary) pairs,
-    the last one the halo (the token after the segment)."""
-    lastb, closed, pre_a, pre_b = NONE, 0, 0, 0
+    the last one the halo (the token after the segment). (lastb, closed, lead_seg,
+    lead_end): lead_end is the token + 1 of the run end before the first boundary."""
+    lastb, closed, lead_seg, lead_end = NONE, 0, 0, 0
     for i in range(len(words) - 1):
         t = lo + i
         seg, bnd = words[i]
@@ -294,9 +295,9 @@ def summary_of(words, lo):
             if lastb is not NONE:
                 closed = (closed + seg * (t - lastb + 1)) & MASK64
             else:
-                pre_a = (pre_a + seg * (t + 1)) & MASK64
-                pre_b = (pre_b + seg) & MASK64
-    return (lastb, closed, pre_a, pre_b)
+                assert lead_end == 0, "two run ends before the first boundary"
+                lead_seg, lead_end = seg, t + 1
+    return (lastb, closed, lead_seg, lead_end)
 
 
 IDENTITY = (NONE, 0, 0, 0)
@@ -305,10 +306,12 @@ IDENTITY = (NONE, 0, 0, 0)
 def compose(a, b):
     """"a then b", as Sm100Summary<true>::compose."""
     has = a[0] is not NONE
-    closed = (a[1] + b[1] + ((b[2] - a[0] * b[3]) if has else 0)) & MASK64
-    pre_a = a[2] if has else (a[2] + b[2]) & MASK64
-    pre_b = a[3] if has else (a[3] + b[3]) & MASK64
-    return (b[0] if b[0] is not NONE else a[0], closed, pre_a, pre_b)
+    if not has:
+        assert not (a[3] and b[3]), "both sides have a leading run end"
+    closed = (a[1] + b[1] + (b[2] * (b[3] - a[0]) if has and b[3] else 0)) & MASK64
+    lead_seg = a[2] if has else a[2] + b[2]
+    lead_end = a[3] if has else a[3] + b[3]
+    return (b[0] if b[0] is not NONE else a[0], closed, lead_seg, lead_end)
 
 
 def words_of(lens, idx, split_kv):
@@ -345,8 +348,8 @@ def test_summary_compose_is_associative_and_splits_anywhere():
         if len(parts) >= 3:
             a, bb, c = parts[:3]
             assert compose(compose(a, bb), c) == compose(a, compose(bb, c)), (k, SEED_NOTE)
-        # a prefix of the batch starts with a boundary: its work is closed + pre_a and
-        # equals the sum of the requests' work
+        # a prefix of the batch starts with a boundary: no leading run end, and its work
+        # (closed) equals the sum of the requests' work
         assert whole[2] == whole[3] == 0
         assert whole[1] == int(reference_total(column(lens), idx, split_kv)), SEED_NOTE
         # an inner segment evaluated with its true incoming run start
@@ -354,7 +357,7 @@ def test_summary_compose_is_associative_and_splits_anywhere():
             x = cuts[0]
             rs = max(t for t in range(x) if words[t][1]) if x else 0
             inner = summary_of(words[x:b + 1], x)
-            got = (inner[1] + inner[2] - rs * inner[3]) & MASK64
+            got = (inner[1] + (inner[2] * (inner[3] - rs) if inner[3] else 0)) & MASK64
             prefix = summary_of(words[:x + 1], 0)
             assert got == (whole[1] - prefix[1]) & MASK64, SEED_NOTE
 

@@ -38,23 +38,24 @@ def _lay(schedule, varlen):
 CASES = [
     # tile_words(1024) = 1057 -> 1058 words; scratch (256 / 32 + 2) * 8 = 80
     ("sm_90", 1000, False, {}, ("static", 1024, 256), (1058 * 4 + 80 + 1024, 0)),
-    # scratch 10 * 32 = 320
-    ("sm_90", 1000, True, {}, ("static", 1024, 256), (1058 * 4 + 320 + 1024, 0)),
-    # tile_words(8192) = 8449 -> 8450; scratch 34 * 32 = 1088: 35912 B <= 48 KiB
-    ("sm_90", 8192, True, {}, ("static", 8192, 1024), (8450 * 4 + 1088 + 1024, 0)),
+    # scratch 10 * 24 = 240
+    ("sm_90", 1000, True, {}, ("static", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
+    # tile_words(8192) = 8449 -> 8450; scratch 34 * 24 = 816: 35640 B <= 48 KiB
+    ("sm_90", 8192, True, {}, ("static", 8192, 1024), (8450 * 4 + 816 + 1024, 0)),
     # dynamic: ceil16(34 * 8 + 1024) = 1296; tile_words(9000) = 9282 words
     ("sm_90", 9000, False, {"JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 1024),
      (1296, 9282 * 4)),
+    # ceil16(34 * 24 + 1024) = 1840
     ("sm_100", 9000, True, {"JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 1024),
-     (2112, 9282 * 4)),
+     (1840, 9282 * 4)),
     # chunked slabs of 1024 at 256 threads (batch <= 132 * 1024)
     ("sm_100", 10**5, False, {}, ("chunked", 1024, 256), (1058 * 4 + 80 + 1024, 0)),
-    ("sm_90", 10**5, True, {}, ("chunked", 1024, 256), (1058 * 4 + 320 + 1024, 0)),
+    ("sm_90", 10**5, True, {}, ("chunked", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
     # 2^24 tokens: slabs of 8192 at 1024 threads
-    ("sm_100", 2**24, True, {}, ("chunked", 8192, 1024), (8450 * 4 + 1088 + 1024, 0)),
+    ("sm_100", 2**24, True, {}, ("chunked", 8192, 1024), (8450 * 4 + 816 + 1024, 0)),
     # an odd tile: tile_words(100) = 104 words (even already); tile_words(32) = 34
     ("sm_90", 10**4, True, {"JITMETA_CHUNK": 100, "JITMETA_THREADS": 64},
-     ("chunked", 100, 64), (104 * 4 + 4 * 32 + 1024, 0)),
+     ("chunked", 100, 64), (104 * 4 + 4 * 24 + 1024, 0)),
     ("sm_90", 10**4, False, {"JITMETA_CHUNK": 33, "JITMETA_THREADS": 64},
      ("chunked", 33, 64), (36 * 4 + 4 * 8 + 1024, 0)),
 ]
@@ -70,17 +71,17 @@ def _plan(case):
 
 def test_sm100_figures():
     dense, varlen = _lay("sm100", False), _lay("sm100", True)
-    assert (dense.summary_bytes, varlen.summary_bytes) == (8, 32)
+    assert (dense.summary_bytes, varlen.summary_bytes) == (8, 24)
     assert (dense.slot_words, varlen.slot_words) == (8, 16)
     assert (_lay("smxx", False).slot_words, _lay("sm90", True).slot_words) == (8, 8)
     assert varlen.tile_alloc_words(1024) == 1058
     assert _lay("smxx", True).tile_alloc_words(1024) == 1057
     assert varlen.tile_alloc_words(100) == tile_words(100) == 104
-    assert smem_static(1024, 256, varlen, 1024) == 1058 * 4 + 320 + 1024
+    assert smem_static(1024, 256, varlen, 1024) == 1058 * 4 + 240 + 1024
     assert smem_chunked(8192, 1024, dense, 0) == 8450 * 4 + 34 * 8
-    assert smem_dynamic(1, 1024, varlen, 1024) == (2112, 8)
-    # the epoch, 1024 slots of 16 words, 4 slabs of 8 words
-    assert workspace_words(4 * 8192, 8192, varlen) == 4 + 16 * 1024 + 4 * 8
+    assert smem_dynamic(1, 1024, varlen, 1024) == (1840, 8)
+    # the epoch, 1024 slots of 16 words, 4 slabs of 6 words
+    assert workspace_words(4 * 8192, 8192, varlen) == 4 + 16 * 1024 + 4 * 6
     assert workspace_words(8193, 8192, dense) == 4 + 8 * 1024 + 2 * 2
 
 
@@ -135,7 +136,7 @@ def test_sm100_cubins_for_every_batch():
 ])
 def test_mismatched_python_constant_fails_to_compile(param, wrong, message):
     """A planner figure that is not the kernel's is a compile error, not a wrong launch."""
-    code = _plan(CASES[6]).code  # chunked varlen: 32-byte summaries, 16-word slots
+    code = _plan(CASES[6]).code  # chunked varlen: 24-byte summaries, 16-word slots
     source = kernels.source(code)
     params = dict(source.params)
     assert params[param] != wrong
