@@ -6,10 +6,14 @@ the ``jitmeta_emit`` launches, e.g.::
     ncu -k regex:jitmeta_emit --launch-skip-before-match 0 python bench/ncu_cases.py
 
 Prints which call is which, in launch order (public API only, so an earlier version of
-the package runs it too).
+the package runs it too). ``--streaming`` profiles instead a few chunked calls large
+enough that every block streams many slabs (where phase 1's loads and scans set the
+time).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -19,11 +23,14 @@ NUM_SMS, BLOCK_KV = 132, 64
 # (batch, next_n, varlen, schedule)
 SHAPES = [(1, 1, False, "smxx"), (1024, 1, False, "smxx"), (8192, 1, False, "smxx"),
           (8192, 1, True, "smxx"), (65536, 1, False, "smxx"), (8192, 1, True, "sm100")]
+STREAMING = [(1 << 22, 1, False, "smxx"), (1 << 22, 1, True, "smxx"),
+             (1 << 22, 1, True, "sm100")]
 
 
 def main() -> None:
     g = torch.Generator().manual_seed(1234)
-    for batch, next_n, varlen, schedule in SHAPES:
+    shapes = STREAMING if "--streaming" in sys.argv[1:] else SHAPES
+    for batch, next_n, varlen, schedule in shapes:
         ctx = torch.randint(1, 8193, (batch, next_n), generator=g, dtype=torch.int32).cuda()
         idx = (torch.arange(batch, dtype=torch.int32) // 2).cuda() if varlen else None
         out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device="cuda")

@@ -471,21 +471,29 @@ struct Engine : F {
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
 
         // Phase 1. The last slab stays in shared memory, scanned, for phase 2. When a
-        // slab is one round of loads, the next slab's loads are in flight while this
-        // one is scanned.
+        // slab is one round of loads, the loads of the next slabs are in flight while
+        // this one is scanned: one slab ahead, or two when a round is small (dense: one
+        // register per element; varlen holds three). Each round stays in the registers
+        // it was fetched into until it is stored (a copy would wait for its loads), so
+        // with two ahead the loop alternates between two of them.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
+        constexpr u32 kAhead = kPrefetch && !VARLEN ? 2u : 1u;
         S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
-        Fetched f;
-        if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
-                                         0u, batch, next_n);
-        for (u32 j = j0; j < j1; ++j) {
+        Fetched fa, fb;
+        if (kPrefetch) {
+            for (u32 k = 0; k < kAhead; ++k)
+                if (j0 + k < j1)
+                    fetch(k ? fb : fa, ctx, idx, (j0 + k) * CHUNK,
+                          min(CHUNK, batch - (j0 + k) * CHUNK), 0u, batch, next_n);
+        }
+        auto step = [&](Fetched& f, u32 j) {
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
             if (kPrefetch) {
                 store(tile, f, lo, n, 0u, batch, mult);
-                if (j + 1u < j1)
-                    fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u, batch,
-                          next_n);
+                if (j + kAhead < j1)
+                    fetch(f, ctx, idx, lo + kAhead * CHUNK,
+                          min(CHUNK, batch - lo - kAhead * CHUNK), 0u, batch, next_n);
             } else {
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
             }
@@ -494,6 +502,10 @@ struct Engine : F {
             if (threadIdx.x == 0) slab_sums[j] = kept.block;
             before_kept = mine;
             mine = S::compose(mine, kept.block);
+        };
+        for (u32 j = j0; j < j1; j += kAhead) {
+            step(fa, j);
+            if (kAhead == 2u && j + 1u < j1) step(fb, j + 1u);
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
 

@@ -195,6 +195,28 @@ def test_chunked_any_grid_is_exact():
     check_all(cases, "chunked plans run with smaller grids")
 
 
+def test_chunked_blocks_with_one_to_five_slabs():
+    """Each block taking 1..5 slabs (one block: the grid of a chunked plan run with
+    fewer blocks), so phase 1's loads two slabs ahead (dense) end on either of their two
+    register sets, with a short last slab or a full one."""
+    rng, g = rngs("slabs per block")
+    cases = []
+    for varlen in (False, True):
+        for schedule in ("smxx", "sm90"):
+            for slabs in range(1, 6):
+                for short in (0, rng.randint(1, 31)):
+                    batch = slabs * 32 - short
+                    base = make_case(rng, g, "chunked", varlen, schedule, batch,
+                                     next_n=1 if varlen else rng.randint(1, 4), threads=64,
+                                     chunk=32, sm_count=132)
+                    for grid in sorted({1, 2}):
+                        p = dataclasses.replace(base.plan, grid=grid)
+                        cases.append(dataclasses.replace(
+                            base, plan=p, seed=rng.getrandbits(32),
+                            label=f"{base.label} run with grid {grid}"))
+    check_all(cases, "chunked blocks of 1..5 slabs")
+
+
 def test_library_default_configurations():
     """The block sizes and tiles the planner picks by itself (no JITMETA_THREADS/CHUNK)."""
     rng, g = rngs("defaults")
