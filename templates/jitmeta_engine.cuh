@@ -539,23 +539,56 @@ struct Engine : F {
         // neighbouring tokens) are stored and scanned. The last slab is stored and
         // scanned with the block's earlier slabs composed in front of thread 0's slice,
         // so it stays in shared memory, scanned from the block's start, for phase 2.
+        //
+        // Those register sums load 16 bytes per thread and instruction when they can:
+        // next_n 1 (four requests) or 2 (two, their last column), the context lengths
+        // 16-byte aligned, and slabs a whole number of 4 * THREADS elements (kVec
+        // loads per thread and column).
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
         constexpr bool kRegisterSums =
             kPrefetch && !VARLEN && 2u * kWarps * kFields <= tile_words(CHUNK);
+        constexpr u32 kVec = kRegisterSums && CHUNK % (4u * THREADS) == 0
+                                 ? CHUNK / (4u * THREADS) : 0u;
+        const bool vec = kVec != 0u && next_n <= 2u &&
+                         (reinterpret_cast<unsigned long long>(ctx) & 15u) == 0u;
         S mine = S::identity();  // the block's slabs so far (kRegisterSums: in warp 0)
         S head = S::identity();  // those before the last slab (read in thread 0)
         Scanned<S> kept{};
         Fetched f;
-        if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
-                                         0u, batch, next_n);
+        int4 fv[kVec ? 2u * kVec : 1u];
+        // The loads of slab j: 16-byte ones when it will be summed in registers.
+        auto prefetch = [&](u32 j) {
+            if (vec && j + 1u < j1) {
+                const int4* p = reinterpret_cast<const int4*>(ctx + (u64)j * CHUNK * next_n);
+#pragma unroll
+                for (u32 m = 0; m < 2u * kVec; ++m)
+                    if (m < kVec * next_n) fv[m] = __ldg(p + m * THREADS + threadIdx.x);
+            } else {
+                fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK), 0u, batch, next_n);
+            }
+        };
+        if (kPrefetch && j0 < j1) prefetch(j0);
         for (u32 j = j0; j < j1; ++j) {
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
             const bool last = j + 1u == j1;
             if constexpr (kRegisterSums) {
                 if (!last) {
-                    const S part = dense_sum(f, n, mult);
-                    fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u, batch,
-                          next_n);
+                    S part;
+                    if (vec) {
+                        u64 words = 0;  // every element of a slab that is not the last
+#pragma unroll
+                        for (u32 m = 0; m < 2u * kVec; ++m) {
+                            if (m >= kVec * next_n) continue;
+                            const int4 v = fv[m];
+                            words += F::dense_word(v.y, mult) + F::dense_word(v.w, mult);
+                            if (next_n == 1u)
+                                words += F::dense_word(v.x, mult) + F::dense_word(v.z, mult);
+                        }
+                        part = F::dense_summary(words, mult);
+                    } else {
+                        part = dense_sum(f, n, mult);
+                    }
+                    prefetch(j + 1u);
                     const S slab =
                         reduce_to_warp0(part, tile + ((j - j0) & 1u) * kWarps * kFields);
                     if (threadIdx.x == 0) slab_sums[j] = slab;
@@ -566,9 +599,7 @@ struct Engine : F {
             }
             if (kPrefetch) {
                 store(tile, f, lo, n, 0u, batch, mult);
-                if (!last)
-                    fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u, batch,
-                          next_n);
+                if (!last) prefetch(j + 1u);
             } else {
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
             }

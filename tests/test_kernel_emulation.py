@@ -197,23 +197,27 @@ def test_chunked_any_grid_is_exact():
 
 def test_chunked_blocks_with_one_to_five_slabs():
     """Each block taking 1..5 slabs (one block: the grid of a chunked plan run with
-    fewer blocks), so phase 1's loads two slabs ahead (dense) end on either of their two
-    register sets, with a short last slab or a full one."""
+    fewer blocks, or two), with a short last slab or a full one: dense slabs before a
+    block's last are summed in registers through two alternating sets of warp slots,
+    with 16-byte loads when the slab is a whole number of 4 * threads elements, next_n
+    is 1 or 2 and the lengths are 16-byte aligned (chunks 128 and 256 at 32 threads,
+    misalign 0), else 4-byte ones."""
     rng, g = rngs("slabs per block")
     cases = []
-    for varlen in (False, True):
-        for schedule in ("smxx", "sm90"):
+    for threads, chunk in ((64, 32), (32, 128), (32, 256)):
+        for varlen, next_n in ((False, 1), (False, 2), (False, 3), (True, 1)):
             for slabs in range(1, 6):
-                for short in (0, rng.randint(1, 31)):
-                    batch = slabs * 32 - short
-                    base = make_case(rng, g, "chunked", varlen, schedule, batch,
-                                     next_n=1 if varlen else rng.randint(1, 4), threads=64,
-                                     chunk=32, sm_count=132)
-                    for grid in sorted({1, 2}):
-                        p = dataclasses.replace(base.plan, grid=grid)
-                        cases.append(dataclasses.replace(
-                            base, plan=p, seed=rng.getrandbits(32),
-                            label=f"{base.label} run with grid {grid}"))
+                short = rng.randint(1, chunk - 1) if slabs % 2 == 0 else 0
+                misalign = 12 if (slabs + next_n) % 3 == 0 else 0
+                batch = slabs * chunk - short
+                base = make_case(rng, g, "chunked", varlen,
+                                 rng.choice(("smxx", "sm90", "sm100")), batch, next_n=next_n,
+                                 threads=threads, chunk=chunk, sm_count=132,
+                                 misalign=misalign)
+                for grid in (1, 2):
+                    p = dataclasses.replace(base.plan, grid=grid)
+                    cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
+                                                     label=f"{base.label} grid {grid}"))
     check_all(cases, "chunked blocks of 1..5 slabs")
 
 
