@@ -240,74 +240,14 @@ struct Engine : F {
         *end = min(n, bb + per);
     }
 
-    // Scans the loaded slab; `head` (read in thread 0) is composed in front of it, so
-    // every prefix and the block summary start with it.
     __device__ __forceinline__ static Scanned<S> scan_tile(const u32* tile, u32 lo, u32 n,
-                                                           u32 mult, Scratch& sc,
-                                                           const S& head = S::identity()) {
+                                                           u32 mult, Scratch& sc) {
         Scanned<S> t;
         slice(n, &t.b, &t.end);
         t.after = 0u;
-        S own = F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after);
-        if (threadIdx.x == 0) own = S::compose(head, own);
-        t.before = block_exclusive_scan(own, sc, &t.block);
-        if (threadIdx.x == 0) t.before = head;
+        t.before = block_exclusive_scan(
+            F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after), sc, &t.block);
         return t;
-    }
-
-    // The summary of a fetched dense round's elements below n (their words summed).
-    __device__ __forceinline__ static S dense_sum(const Fetched& f, u32 n, u32 mult) {
-        u64 words = 0;
-#pragma unroll
-        for (int k = 0; k < kLoadUnroll; ++k)
-            if ((u32)k * THREADS + threadIdx.x < n) words += F::dense_word(f.c[k], mult);
-        return F::dense_summary(words, mult);
-    }
-
-    // The block's composition of one summary per thread, in every lane of warp 0 (the
-    // others get their warp's part), through kWarps * kFields words at `slots` and one
-    // barrier. For summaries whose order does not matter (dense): the slots are free to
-    // be rewritten once a later barrier has passed.
-    __device__ __forceinline__ static S reduce_to_warp0(S v, u32* slots) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const S o = v.shfl_up(d);
-            if (lane >= d) v = S::compose(o, v);
-        }
-        if (lane == 31) put(slots + warp * kFields, v);
-        __syncthreads();
-        if (warp == 0) {
-            v = lane < kWarps ? get(slots + lane * kFields) : S::identity();
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const S o = v.shfl_up(d);
-                if (lane >= d) v = S::compose(o, v);
-            }
-            v = v.shfl(31);
-        }
-        return v;
-    }
-
-    // A summary as 32-bit words, one at a time (the tile is only 4-byte aligned).
-    __device__ __forceinline__ static void put(u32* p, const S& v) {
-        const u32* w = reinterpret_cast<const u32*>(&v);
-#pragma unroll
-        for (u32 k = 0; k < kFields; ++k) p[k] = w[k];
-    }
-    __device__ __forceinline__ static S get(const u32* p) {
-        S v;
-        u32* w = reinterpret_cast<u32*>(&v);
-#pragma unroll
-        for (u32 k = 0; k < kFields; ++k) w[k] = p[k];
-        return v;
-    }
-
-    // Whether some SM starts inside the work between prefixes `from` and `to`.
-    __device__ __forceinline__ static bool starts_in(const S& from, const S& to, Work q, u32 r,
-                                                     u32 num_sms) {
-        const u32 s = F::first_sm(F::work(from), q, r, num_sms);
-        return s <= num_sms && F::sm_start(s, q, r, num_sms) < F::work(to);
     }
 
     // --- rows ------------------------------------------------------------------------
@@ -530,89 +470,30 @@ struct Engine : F {
         const u32 epoch = *static_cast<volatile u32*>(ws);
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
 
-        // Phase 1. When a slab is one round of loads, the next slab's loads are in
-        // flight while this one is summed. Dense slabs other than a block's last are
-        // summed in registers: each thread adds its fetched words and the block reduces
-        // the sums into warp 0, through warp slots in the tile (which these slabs never
-        // fill) alternating between two sets by slab, so one barrier per slab suffices
-        // and nothing is stored or scanned. Varlen slabs (an ordered summary of
-        // neighbouring tokens) are stored and scanned. The last slab is stored and
-        // scanned with the block's earlier slabs composed in front of thread 0's slice,
-        // so it stays in shared memory, scanned from the block's start, for phase 2.
-        //
-        // Those register sums load 16 bytes per thread and instruction when they can:
-        // next_n 1 (four requests) or 2 (two, their last column), the context lengths
-        // 16-byte aligned, and slabs a whole number of 4 * THREADS elements (kVec
-        // loads per thread and column).
+        // Phase 1. The last slab stays in shared memory, scanned, for phase 2. When a
+        // slab is one round of loads, the next slab's loads are in flight while this
+        // one is scanned.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
-        constexpr bool kRegisterSums =
-            kPrefetch && !VARLEN && 2u * kWarps * kFields <= tile_words(CHUNK);
-        constexpr u32 kVec = kRegisterSums && CHUNK % (4u * THREADS) == 0
-                                 ? CHUNK / (4u * THREADS) : 0u;
-        const bool vec = kVec != 0u && next_n <= 2u &&
-                         (reinterpret_cast<unsigned long long>(ctx) & 15u) == 0u;
-        S mine = S::identity();  // the block's slabs so far (kRegisterSums: in warp 0)
-        S head = S::identity();  // those before the last slab (read in thread 0)
+        S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
         Fetched f;
-        int4 fv[kVec ? 2u * kVec : 1u];
-        // The loads of slab j: 16-byte ones when it will be summed in registers.
-        auto prefetch = [&](u32 j) {
-            if (vec && j + 1u < j1) {
-                const int4* p = reinterpret_cast<const int4*>(ctx + (u64)j * CHUNK * next_n);
-#pragma unroll
-                for (u32 m = 0; m < 2u * kVec; ++m)
-                    if (m < kVec * next_n) fv[m] = __ldg(p + m * THREADS + threadIdx.x);
-            } else {
-                fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK), 0u, batch, next_n);
-            }
-        };
-        if (kPrefetch && j0 < j1) prefetch(j0);
+        if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
+                                         0u, batch, next_n);
         for (u32 j = j0; j < j1; ++j) {
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-            const bool last = j + 1u == j1;
-            if constexpr (kRegisterSums) {
-                if (!last) {
-                    S part;
-                    if (vec) {
-                        u64 words = 0;  // every element of a slab that is not the last
-#pragma unroll
-                        for (u32 m = 0; m < 2u * kVec; ++m) {
-                            if (m >= kVec * next_n) continue;
-                            const int4 v = fv[m];
-                            words += F::dense_word(v.y, mult) + F::dense_word(v.w, mult);
-                            if (next_n == 1u)
-                                words += F::dense_word(v.x, mult) + F::dense_word(v.z, mult);
-                        }
-                        part = F::dense_summary(words, mult);
-                    } else {
-                        part = dense_sum(f, n, mult);
-                    }
-                    prefetch(j + 1u);
-                    const S slab =
-                        reduce_to_warp0(part, tile + ((j - j0) & 1u) * kWarps * kFields);
-                    if (threadIdx.x == 0) slab_sums[j] = slab;
-                    mine = S::compose(mine, slab);
-                    continue;
-                }
-                __syncthreads();  // warp 0 is done with the slots in the tile
-            }
             if (kPrefetch) {
                 store(tile, f, lo, n, 0u, batch, mult);
-                if (!last) prefetch(j + 1u);
+                if (j + 1u < j1)
+                    fetch(f, ctx, idx, lo + CHUNK, min(CHUNK, batch - lo - CHUNK), 0u, batch,
+                          next_n);
             } else {
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
             }
             __syncthreads();
-            if (last) {
-                head = mine;
-                kept = scan_tile(tile, lo, n, mult, sc, head);  // ends synced
-                mine = kept.block;  // in every thread
-            } else {
-                kept = scan_tile(tile, lo, n, mult, sc);  // ends synced: the tile may be rewritten
-                if (threadIdx.x == 0) slab_sums[j] = kept.block;
-                mine = S::compose(mine, kept.block);
-            }
+            kept = scan_tile(tile, lo, n, mult, sc);  // ends synced: the tile may be rewritten
+            if (threadIdx.x == 0) slab_sums[j] = kept.block;
+            before_kept = mine;
+            mine = S::compose(mine, kept.block);
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
 
@@ -626,30 +507,30 @@ struct Engine : F {
         if (j0 == j1) return;
 
         // Phase 2: the slabs holding an SM start (and the last slab of all). The one
-        // still in shared memory first (it is scanned already; only thread 0 knows the
-        // work before it, so it decides for the block), then the others, reloaded.
+        // still in shared memory first (it is scanned already), then the others,
+        // reloaded.
         const Work total = F::work(all);
         Work q;
         u32 r;
         F::split_total(total, num_sms, &q, &r);
+        const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         S c = carry;
         for (u32 k = 0; k < j1 - j0; ++k) {
             const bool resident = k == 0;  // the slab still in shared memory first
             const u32 j = resident ? j1 - 1u : j0 + k - 1u;
+            const S cj = resident ? carry_last : c;
+            const S sj = slab_sums[j];
+            if (!resident) c = S::compose(c, sj);
+            const Work base = F::work(cj);
+            const Work end = F::work(S::compose(cj, sj));
+            const u32 s = F::first_sm(base, q, r, num_sms);
             const bool last = j + 1u == slabs;
+            if (!last && !(s <= num_sms && F::sm_start(s, q, r, num_sms) < end)) continue;
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
             if (resident) {
-                bool holds = false;
-                if (threadIdx.x == 0)
-                    holds = last || starts_in(S::compose(carry, head),
-                                              S::compose(carry, mine), q, r, num_sms);
-                if (!__syncthreads_or(holds)) continue;
-                emit_scanned(tile, kept, lo, n, carry, total, false, last, batch, mult,
-                             num_sms, out, sc);
+                emit_scanned(tile, kept, lo, n, cj, total, false, last, batch, mult, num_sms,
+                             out, sc);
             } else {
-                const S cj = c;
-                c = S::compose(c, slab_sums[j]);
-                if (!last && !starts_in(cj, c, q, r, num_sms)) continue;
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
                 __syncthreads();

@@ -104,11 +104,6 @@ struct Schedule {
         return r + (x - wide - 1u) / q + 1u;
     }
 
-    // The summary of dense words summed (uint32 sums wrap, as upstream's).
-    __device__ __forceinline__ static S dense_summary(u64 words, u32 /*atoms*/) {
-        return S{(u32)words};
-    }
-
     // The tile word of a dense request: atoms * segs.
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 atoms) {
         return atoms * segs(ctx);

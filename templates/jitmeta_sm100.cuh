@@ -105,11 +105,6 @@ struct Sm100 {
         return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;
     }
 
-    // The summary of dense words (segs) summed: their work, next_n tokens each.
-    __device__ __forceinline__ static S dense_summary(u64 words, u32 next_n) {
-        return S{words * next_n};
-    }
-
     // The tile word of a dense request: its segs (times next_n in 64 bits later).
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 /*next_n*/) {
         return segs(ctx);
