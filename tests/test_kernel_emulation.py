@@ -332,16 +332,18 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
     for variant in variants:
         for mode in modes:
             varlen = mode == "varlen"
-            for i in range(6):
+            for i in range(7):
                 schedule = ("smxx", "sm90")[i % 2]
                 batch = rng.choice((rng.randint(1, 300), rng.randint(100, 700)))
                 kind = ("edges", "mixed", "zeros", "huge_one")[i % 4]
+                if i == 6:  # always one plain case: many SM starts, each in its own
+                    batch, kind = rng.randint(150, 300), "mixed"  # request, 132 SMs
                 case = make_case(rng, g, variant, varlen, schedule, batch,
                                  next_n=1 if varlen else 1 + i % 4, threads=64,
                                  chunk=32 if variant == "chunked" else None,
                                  length_kind=kind, index_kind=("runs", "long")[i % 2],
                                  # one request holding most of 132 SMs: the row queue
-                                 num_sms=132 if kind == "huge_one" else None)
+                                 num_sms=132 if kind == "huge_one" or i == 6 else None)
                 broken = mutate(render(case.plan.code), edits)
                 if broken is None:  # a mutant that no longer applies tests nothing
                     pytest.fail(f"the kernel source no longer contains the code mutant "

@@ -315,8 +315,9 @@ MUTANTS = [
     ("leading run end resolved with run start 0",
      [(r"\(u64\)b\.lead_seg \* \(b\.lead_end - a\.lastb\)", "(u64)b.lead_seg * b.lead_end")],
      ("static", "chunked"), ("varlen",)),
-    ("slice run start not carried in",
-     [(r"u32 rs = before\.lastb == S::kNone \? 0u : before\.lastb;", "u32 rs = 0u;")],
+    ("slice run start not carried in (each slice starts a run)",
+     [(r"u32 rs = before\.lastb == S::kNone \? 0u : before\.lastb;",
+       "u32 rs = lo + t.b;")],
      ("static", "chunked"), ("varlen",)),
     ("rows placed with 32-bit work sums", [(r"const u64 hi = acc \+",
                                             "const u64 hi = (u32)acc +")],
@@ -350,6 +351,9 @@ MUTANTS = [
      ("static", "dynamic"), ("dense",)),
     ("divisions in 32 bits past 2^32", [(r"return \(\(a \| b\) >> 32\) == 0 \?", "return true ?")],
      ("static", "chunked"), ("dense", "varlen")),
+    ("whole-batch prefix keys: each slice starts a run",
+     [(r"u32 rs = t\.before\.lastb == S::kNone \? 0u : t\.before\.lastb;", "u32 rs = t.b;")],
+     ("static", "dynamic"), ("varlen",)),
     ("whole-batch run start ignores the previous group's spare word",
      [(r"return tile\[pad\(g0 - 1u\) \+ 1u\];", "return g0;")],
      ("static", "dynamic"), ("varlen",)),
@@ -373,16 +377,18 @@ def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
     for variant in variants:
         for mode in modes:
             varlen = mode == "varlen"
-            for i in range(6):
+            for i in range(7):
                 batch = rng.choice((rng.randint(1, 300), rng.randint(100, 600)))
                 kind = ("edges", "mixed", "large")[i % 3]
                 if i == 5:  # always one case whose SM starts lie far past 2^32 work units
                     batch, kind = 2000, "large"
+                if i == 6:  # and one plain case: lengths below 2^31 in total, 132 SMs
+                    batch, kind = rng.randint(150, 300), "mixed"
                 case = make_case(rng, g, variant, varlen, batch,
                                  next_n=1 if varlen else 1 + i % 4, threads=64,
                                  chunk=32 if variant == "chunked" else None,
                                  length_kind=kind, index_kind=("runs", "long")[i % 2],
-                                 num_sms=132 if i == 5 else rng.choice((3, 132, 700)))
+                                 num_sms=132 if i >= 5 else rng.choice((3, 132, 700)))
                 source = render(case.plan.code)
                 broken = source
                 for pattern, repl in edits:
