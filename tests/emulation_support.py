@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import zlib
 
 import pytest
@@ -23,7 +24,7 @@ from emulator import Case, EmulatorError, emulate_cases
 
 __all__ = ["SEED", "SEED_NOTE", "SPLIT_KV", "INT32_MAX", "INDEX_KINDS", "rngs", "lengths",
            "indices", "plan_case", "reference", "mismatches", "check_all",
-           "assert_mutant_caught"]
+           "mutate", "assert_mutant_caught"]
 
 _env_seed = os.environ.get("JITMETA_TEST_SEED")
 SEED = int(_env_seed) if _env_seed else int.from_bytes(os.urandom(4), "little")
@@ -133,6 +134,16 @@ def check_all(cases: list[Case], what: str) -> None:
     bad = mismatches(cases, outs)
     assert not bad, (f"{what}: {len(bad)} of {len(cases)} cases differ from the reference "
                      f"({SEED_NOTE}):\n" + "\n".join(bad[:8]))
+
+
+def mutate(source: str, edits) -> str | None:
+    """``source`` with every (pattern, replacement) of ``edits`` applied; None when one
+    of the patterns no longer occurs (a mutant that tests nothing)."""
+    for pattern, repl in edits:
+        source, n = re.subn(pattern, repl, source)
+        if not n:
+            return None
+    return source
 
 
 def assert_mutant_caught(name: str, cases: list[Case], **emulate_kw) -> None:

@@ -30,7 +30,7 @@ from jitmeta.reference import varlen_atoms
 from emulator import Case, EmulatorError, compiler, emulate, emulate_cases, render
 from emulation_support import (INDEX_KINDS, INT32_MAX, SEED_NOTE, SPLIT_KV,
                                assert_mutant_caught, check_all, indices, lengths,
-                               mismatches, plan_case, rngs)
+                               mismatches, mutate, plan_case, rngs)
 
 pytestmark = pytest.mark.skipif(
     compiler() is None or not sys.platform.startswith("linux"),
@@ -315,14 +315,6 @@ MUTANTS = [
     ("a slab that is not resident is not reloaded", [(r"if \(resident\) \{", "if (true) {")],
      ("chunked",), ("dense", "varlen")),
 ]
-
-
-def mutate(source: str, edits) -> str | None:
-    for pattern, repl in edits:
-        out, n = re.subn(pattern, repl, source)
-        if n:
-            return out
-    return None
 
 
 @pytest.mark.parametrize("name,edits,variants,modes", MUTANTS, ids=[m[0] for m in MUTANTS])

@@ -15,7 +15,6 @@ Random inputs come from a fresh seed, printed and named in every failure; rerun 
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 
 import pytest
@@ -25,7 +24,8 @@ from jitmeta.reference import sm100_requests
 
 from emulator import Case, EmulatorError, compiler, emulate_cases, render
 from emulation_support import (INDEX_KINDS, INT32_MAX, SEED_NOTE, SPLIT_KV,
-                               assert_mutant_caught, check_all, indices, mismatches, rngs)
+                               assert_mutant_caught, check_all, indices, mismatches, mutate,
+                               rngs)
 from emulation_support import lengths as support_lengths
 from emulation_support import plan_case as shared_plan_case
 
@@ -251,11 +251,13 @@ def test_sm100_varlen_keys_past_2_31_are_caught():
     """Prefix keys kept past 2^31 (the run-start flag then corrupts them) give wrong rows
     on the cases above: the switch to the walk is needed, and tested."""
     rng, g = rngs("keys past 2^31")
-    edit = (r"if \(all >> \(VARLEN \? 31 : 32\)\) return false;", "if (all >> 32) return false;")
+    edits = [(r"if \(all >> \(VARLEN \? 31 : 32\)\) return false;",
+              "if (all >> 32) return false;")]
     cases = []
     for case in around_2_31_cases(rng, g, ("static", "dynamic")):
-        broken, n = re.subn(edit[0], edit[1], render(case.plan.code))
-        assert n == 1, "the sm100 source no longer holds the 2^31 switch: update this test"
+        broken = mutate(render(case.plan.code), edits)
+        assert broken is not None, \
+            "the sm100 source no longer holds the 2^31 switch: update this test"
         cases.append(dataclasses.replace(case, source=broken))
     assert_mutant_caught("keys past 2^31", cases, deadlock_s=20)
 
@@ -389,13 +391,10 @@ def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
                                  chunk=32 if variant == "chunked" else None,
                                  length_kind=kind, index_kind=("runs", "long")[i % 2],
                                  num_sms=132 if i >= 5 else rng.choice((3, 132, 700)))
-                source = render(case.plan.code)
-                broken = source
-                for pattern, repl in edits:
-                    broken, n = re.subn(pattern, repl, broken)
-                    if not n:  # a mutant that no longer applies tests nothing
-                        pytest.fail(f"the sm100 source no longer contains {pattern!r} "
-                                    f"(mutant '{name}'): update MUTANTS")
+                broken = mutate(render(case.plan.code), edits)
+                if broken is None:  # a mutant that no longer applies tests nothing
+                    pytest.fail(f"the sm100 source no longer contains {edits[0][0]!r} "
+                                f"(mutant '{name}'): update MUTANTS")
                 cases.append(dataclasses.replace(case, source=broken))
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases, deadlock_s=20)
