@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
-#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [hostcmp]
-#                               [profile] [ncu] [cu12]
+#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [configs]
+#                               [hostcmp] [profile] [ncu] [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
 # "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
@@ -73,6 +73,11 @@ for stage in $stages; do
       timeout ${JITMETA_BENCH_TIMEOUT:-270} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
       rc=$((rc | ${PIPESTATUS[0]}))
       timeout ${JITMETA_BENCH_HOST_TIMEOUT:-60} python3 "$repo/bench/benchmark_host.py" --out "$OUT" 2>&1 | tee "$OUT/bench-host.log" | tail -25
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
+    configs)
+      # chunked launch configurations side by side (bench/compare_configs.py; extra
+      # arguments in CONFIGS_ARGS, e.g. "--cases 16777216")
+      timeout ${JITMETA_CONFIGS_TIMEOUT:-400} python3 "$repo/bench/compare_configs.py" --out "$OUT" ${CONFIGS_ARGS:-} 2>&1 | tee "$OUT/configs.log" | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     hostcmp)
       # host cost per eager call, this version against the one in .before/, the same
