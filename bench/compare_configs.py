@@ -47,6 +47,8 @@ CONFIGS = {
     "t512/c4096": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 4096}, 1),
     "t512/c4096 x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 4096}, 2),
     "t256/c2048": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 2048}, 1),
+    "t256/c8192 x2": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 8192}, 2),
+    "t512/c8192 x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 8192}, 2),
 }
 _planner_grid = plan_mod.chunked_grid
 
