@@ -11,6 +11,7 @@ cooperative launch the device refuses is retried with fewer blocks by the launch
 the record says which grid ran.
 
     python bench/compare_configs.py [--out DIR] [--cases SUBSTR] [--configs A,B,...]
+                                    [--modes M,...] [--batches B,...]
 
 The record (``--out``: ``<dir>/<date>-<device>-configs.json``) is an experiment
 record: the tables are not generated from it.
@@ -45,10 +46,11 @@ CONFIGS = {
     "t1024/c8192": ({"JITMETA_THREADS": 1024, "JITMETA_CHUNK": 8192}, 1),
     "t512/c8192": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 8192}, 1),
     "t512/c4096": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 4096}, 1),
-    "t512/c4096 x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 4096}, 2),
+    "t512/c4096/x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 4096}, 2),
+    "t1024/c4096": ({"JITMETA_THREADS": 1024, "JITMETA_CHUNK": 4096}, 1),
     "t256/c2048": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 2048}, 1),
-    "t256/c8192 x2": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 8192}, 2),
-    "t512/c8192 x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 8192}, 2),
+    "t256/c8192/x2": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 8192}, 2),
+    "t512/c8192/x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 8192}, 2),
 }
 _planner_grid = plan_mod.chunked_grid
 
@@ -84,6 +86,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="write the record into this directory")
     ap.add_argument("--cases", default="", help="only cases whose label contains this")
     ap.add_argument("--configs", default="", help="comma-separated names (default: all)")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                    help="comma-separated batch sizes")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU", file=sys.stderr)
@@ -99,8 +104,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows, bad = [], 0
     print(f"{'case':34s} " + " ".join(f"{n:>14s}" for n in names))
-    for mode in MODES:
-        for batch in BATCHES:
+    for mode in args.modes.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
             ctx = idx = None
             for fmt in FORMATS:
                 label = f"{fmt} {mode} {batch}"

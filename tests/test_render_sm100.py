@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from jitmeta import envs, kernels
+from jitmeta import kernels
 from jitmeta.envs import Knobs
 from jitmeta.heuristics.arch import limits_for_arch
 from jitmeta.heuristics.plan import (MAX_GRID, smem_chunked, smem_dynamic, smem_static,

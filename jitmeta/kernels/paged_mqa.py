@@ -23,7 +23,7 @@ from ..envs import Knobs
 from ..heuristics.arch import DeviceLimits
 from ..heuristics.plan import (EPOCH_WORDS, MAX_GRID, CodeSpec, Plan, TileLayout,
                                codes_for_batches as _codes, plan as _plan, smem_scratch,
-                               tile_words, workspace_words as _ws_words)
+                               workspace_words as _ws_words)
 from ..jit.source import POINTER, UINT32, KernelSource
 
 __all__ = ["TileScheduleFamily", "FAMILY", "TEMPLATE", "ENGINE_HEADER", "KERNEL",
