@@ -197,12 +197,6 @@ class GraphTimer:
         return records.spread(samples), exact
 
 
-def graph_time_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> float:
-    """Median GPU microseconds per call of ``fn`` (for bench/compare_sources.py)."""
-    timing, _ = GraphTimer(calls, replays, REPEATS, dry_run=False).measure(fn)
-    return timing["median"]
-
-
 # --- the parts of a run -------------------------------------------------------------------
 
 def touch_floor(floors, timer: GraphTimer, ctx, idx, out, num_sms: int) -> dict:

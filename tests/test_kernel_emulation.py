@@ -198,8 +198,8 @@ def test_chunked_any_grid_is_exact():
 def test_chunked_blocks_with_one_to_five_slabs():
     """Each block taking 1..5 slabs (one block: the grid of a chunked plan run with
     fewer blocks, or two), with a short last slab or a full one, next_n 1..3 and varlen,
-    every format, lengths 16-byte aligned or not, slabs of 1, 4 and 8 elements per
-    thread: the cases a change to how phase 1 loads and sums its slabs must get right."""
+    every format, lengths 16-byte aligned or not, slabs of half, 4 and 8 elements
+    per thread: the cases a change to how phase 1 loads and sums its slabs must get right."""
     rng, g = rngs("slabs per block")
     cases = []
     for threads, chunk in ((64, 32), (32, 128), (32, 256)):
