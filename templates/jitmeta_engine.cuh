@@ -128,27 +128,27 @@ struct Engine : F {
     // Also empties the row queue (between its first two barriers, where nothing reads
     // broadcast[1]; whatever read the queue last did so before a barrier that precedes
     // this call).
+    // Inclusive scan of one summary per lane of a warp (lane 31 gets the warp's).
+    __device__ __forceinline__ static S warp_inclusive_scan(S v) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const S o = v.shfl_up(d);
+            if (lane >= d) v = S::compose(o, v);
+        }
+        return v;
+    }
+
     __device__ __forceinline__ static S block_exclusive_scan(S v, Scratch& sc,
                                                              S* block_total) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        S inc = v;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const S o = inc.shfl_up(d);
-            if (lane >= d) inc = S::compose(o, inc);
-        }
+        const S inc = warp_inclusive_scan(v);
         S exc = inc.shfl_up(1);
         if (lane == 0) exc = S::identity();
         if (lane == 31) sc.warp[warp] = inc;
         __syncthreads();
         if (warp == 0) {
-            S w = lane < kWarps ? sc.warp[lane] : S::identity();
-            S winc = w;
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const S o = winc.shfl_up(d);
-                if (lane >= d) winc = S::compose(o, winc);
-            }
+            const S winc = warp_inclusive_scan(lane < kWarps ? sc.warp[lane] : S::identity());
             S wexc = winc.shfl_up(1);
             if (lane == 0) wexc = S::identity();
             if (lane < kWarps) sc.warp[lane] = wexc;
@@ -457,6 +457,130 @@ struct Engine : F {
         }
     }
 
+    // --- chunked phase 1 in registers --------------------------------------------------
+    //
+    // A slab that is not its block's last needs only its summary in phase 1 (phase 2
+    // reloads it if it holds an SM start). When the slab is 8 elements per thread and
+    // the inputs are 16-byte aligned, thread t loads its own 8 consecutive elements
+    // [lo + 8t, lo + 8t + 8) with 16-byte loads and summarizes them in registers, and
+    // the block composes the threads' summaries in order: each warp by shuffles, warp 0
+    // the warps, through one of two alternating sets of slots in the tile, so a slab
+    // costs one barrier. The next slab's loads are in flight meanwhile. No shared tile,
+    // no per-thread slice walks, no block scan. Dense: next_n 1 or 2 (the last column
+    // of 8 requests is one or two pairs of 16-byte loads; wider rows are stored and
+    // scanned), the words simply summed. Varlen: the index before the thread's tokens
+    // and the token after them come from its warp neighbours (lanes 0 and 31 load
+    // theirs), and the packed words go through F::step as the tile's do.
+    template <u32 CHUNK>
+    static constexpr bool kRegSlabs = CHUNK == 8u * THREADS;
+
+    struct RegFetched {
+        int4 v[4];         // varlen: context lengths v[0..1], indices v[2..3]; dense: the
+                           // rows of next_n 1 (v[0..1]) or 2 (v[0..3])
+        int pid, nc, nid;  // varlen, lane 0: the index before; lane 31: the token after
+    };
+
+    // Whether a launch can summarize slabs in registers (uniform).
+    __device__ __forceinline__ static bool reg_capable(const int* ctx, const int* idx,
+                                                       u32 next_n) {
+        const u64 addr = reinterpret_cast<u64>(ctx) | (VARLEN ? reinterpret_cast<u64>(idx) : 0u);
+        return (addr & 15u) == 0u && (VARLEN || next_n <= 2u);
+    }
+
+    // Issues the loads of a register slab [lo, lo + 8 * THREADS) (not the batch's last:
+    // the token after it exists).
+    __device__ __forceinline__ static void reg_fetch(RegFetched& f, const int* __restrict__ ctx,
+                                                     const int* __restrict__ idx, u32 lo,
+                                                     u32 batch, u32 next_n) {
+        const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
+        if constexpr (VARLEN) {
+            const int4* pc = reinterpret_cast<const int4*>(ctx + e0);
+            const int4* pi = reinterpret_cast<const int4*>(idx + e0);
+            f.v[0] = __ldg(pc);
+            f.v[1] = __ldg(pc + 1);
+            f.v[2] = __ldg(pi);
+            f.v[3] = __ldg(pi + 1);
+            f.pid = lane == 0u ? __ldg(idx + (e0 ? e0 - 1u : 0u)) : 0;
+            const u32 e1 = min(e0 + 8u, batch - 1u);
+            f.nc = lane == 31u ? __ldg(ctx + e1) : 0;
+            f.nid = lane == 31u ? __ldg(idx + e1) : 0;
+        } else {
+            const int4* p = reinterpret_cast<const int4*>(ctx + (u64)e0 * next_n);
+            f.v[0] = __ldg(p);
+            f.v[1] = __ldg(p + 1);
+            if (next_n == 2u) {
+                f.v[2] = __ldg(p + 2);
+                f.v[3] = __ldg(p + 3);
+            }
+        }
+    }
+
+    // The summary of this thread's 8 elements of a fetched register slab.
+    __device__ __forceinline__ static S reg_summary(const RegFetched& f, u32 lo, u32 next_n,
+                                                    u32 mult) {
+        const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
+        if constexpr (!VARLEN) {
+            const int4 a = f.v[0], b = f.v[1], c = f.v[2], d = f.v[3];
+            const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const int w2[8] = {a.y, a.w, b.y, b.w, c.y, c.w, d.y, d.w};
+            u64 sum = 0;
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k) sum += F::dense_word(next_n == 1u ? w[k] : w2[k], mult);
+            return F::dense_summary(sum, mult);
+        } else {
+            const int c[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w,
+                              f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
+            const int id[8] = {f.v[2].x, f.v[2].y, f.v[2].z, f.v[2].w,
+                               f.v[3].x, f.v[3].y, f.v[3].z, f.v[3].w};
+            int pid = __shfl_up_sync(0xffffffffu, id[7], 1);
+            int nc = __shfl_down_sync(0xffffffffu, c[0], 1);
+            int nid = __shfl_down_sync(0xffffffffu, id[0], 1);
+            if (lane == 0u) pid = f.pid;
+            if (lane == 31u) {
+                nc = f.nc;
+                nid = f.nid;
+            }
+            u32 w[9];
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k)
+                w[k] = varlen_word(c[k], id[k], k ? id[k - 1u] : pid, e0 + k);
+            w[8] = varlen_word(nc, nid, id[7], e0 + 8u);
+            S s = S::identity();
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k) F::step(s, w[k], w[k + 1u], e0 + k);
+            return s;
+        }
+    }
+
+    // The composition of one summary per thread in thread order, in every lane of warp
+    // 0, through kWarps * kFields words at `slots` and one barrier (the slots may be
+    // rewritten once a later barrier has passed).
+    __device__ __forceinline__ static S compose_block(S v, u32* slots) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        v = warp_inclusive_scan(v);
+        if (lane == 31) put(slots + warp * kFields, v);
+        __syncthreads();
+        if (warp == 0) {
+            v = warp_inclusive_scan(lane < kWarps ? get(slots + lane * kFields) : S::identity());
+            v = v.shfl(31);
+        }
+        return v;
+    }
+
+    // A summary as 32-bit words (the tile is only 4-byte aligned).
+    __device__ __forceinline__ static void put(u32* p, const S& v) {
+        const u32* w = reinterpret_cast<const u32*>(&v);
+#pragma unroll
+        for (u32 k = 0; k < kFields; ++k) p[k] = w[k];
+    }
+    __device__ __forceinline__ static S get(const u32* p) {
+        S v;
+        u32* w = reinterpret_cast<u32*>(&v);
+#pragma unroll
+        for (u32 k = 0; k < kFields; ++k) w[k] = p[k];
+        return v;
+    }
+
     template <u32 CHUNK>
     __device__ __forceinline__ static void chunked(u32* tile, const int* __restrict__ ctx,
                                                    const int* __restrict__ idx, u32 batch,
@@ -470,16 +594,39 @@ struct Engine : F {
         const u32 epoch = *static_cast<volatile u32*>(ws);
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
 
-        // Phase 1. The last slab stays in shared memory, scanned, for phase 2. When a
-        // slab is one round of loads, the next slab's loads are in flight while this
-        // one is scanned.
+        // Phase 1. The last slab stays in shared memory, scanned, for phase 2; the others
+        // are summarized in registers when they can be (kRegSlabs, above), else stored
+        // and scanned. When a slab is one round of loads, the next slab's loads are in
+        // flight while this one is summarized.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
+        constexpr bool kRegs = kRegSlabs<CHUNK>;
+        static_assert(!kRegs || 2u * kWarps * kFields <= tile_words(CHUNK),
+                      "two sets of warp slots fit in the tile");
+        const bool regs = kRegs && reg_capable(ctx, idx, next_n);
         S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
+        u32 j = j0;
+        if constexpr (kRegs) {
+            if (regs && j0 + 1u < j1) {  // every slab but the block's last
+                RegFetched rf;
+                reg_fetch(rf, ctx, idx, j0 * CHUNK, batch, next_n);
+                for (; j + 1u < j1; ++j) {
+                    const S own = reg_summary(rf, j * CHUNK, next_n, mult);
+                    if (j + 2u < j1) reg_fetch(rf, ctx, idx, (j + 1u) * CHUNK, batch, next_n);
+                    const S slab = compose_block(own, tile + ((j - j0) & 1u) * kWarps * kFields);
+                    if (threadIdx.x == 0) slab_sums[j] = slab;
+                    mine = S::compose(mine, slab);  // in warp 0 only
+                }
+                // every thread gets `mine`; warp 0 is done with the slots after the barrier
+                if (threadIdx.x == 0) sc.broadcast[1] = mine;
+                __syncthreads();
+                mine = sc.broadcast[1];  // read before the scan below reuses it
+            }
+        }
         Fetched f;
-        if (kPrefetch && j0 < j1) fetch(f, ctx, idx, j0 * CHUNK, min(CHUNK, batch - j0 * CHUNK),
-                                         0u, batch, next_n);
-        for (u32 j = j0; j < j1; ++j) {
+        if (kPrefetch && j < j1) fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK),
+                                       0u, batch, next_n);
+        for (; j < j1; ++j) {
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
             if (kPrefetch) {
                 store(tile, f, lo, n, 0u, batch, mult);

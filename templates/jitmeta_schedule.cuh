@@ -104,6 +104,11 @@ struct Schedule {
         return r + (x - wide - 1u) / q + 1u;
     }
 
+    // The summary of dense words summed (uint32 sums wrap, as upstream's).
+    __device__ __forceinline__ static S dense_summary(u64 words, u32 /*atoms*/) {
+        return S{(u32)words};
+    }
+
     // The tile word of a dense request: atoms * segs.
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 atoms) {
         return atoms * segs(ctx);
@@ -125,21 +130,29 @@ struct Schedule {
             *after = 0u;
             return S{sum};
         } else {
-            u32 sum0 = 0, sum1 = 0, p0 = 0, p1 = 1;
+            S s = S::identity();
             u32 cur = b < end ? tile[pad(b)] : 0u;
             for (u32 i = b; i < end; ++i) {
                 const u32 next = tile[pad(i + 1)];
-                const bool bnd = cur & kBoundary;
-                p0 = bnd ? 0u : p0 ^ 1u;
-                p1 = bnd ? 0u : p1 ^ 1u;
-                const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
-                sum0 += p0 ? 0u : seg;
-                sum1 += p1 ? 0u : seg;
+                step(s, cur, next);
                 cur = next;
             }
             *after = cur;
-            return S{sum0, sum1, p0, p1};
+            return s;
         }
+    }
+
+    // Varlen: appends the token of packed word `cur` (`next`: the token after it) to a
+    // summary: both parities advance (a boundary resets them), and a token at an even
+    // offset of its run adds its atom's weight (the next token's segs when it is in the
+    // same run, else its own).
+    __device__ __forceinline__ static void step(S& s, u32 cur, u32 next, u32 /*t*/ = 0u) {
+        const bool bnd = cur & kBoundary;
+        s.p0 = bnd ? 0u : s.p0 ^ 1u;
+        s.p1 = bnd ? 0u : s.p1 ^ 1u;
+        const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
+        s.sum0 += s.p0 ? 0u : seg;
+        s.sum1 += s.p1 ? 0u : seg;
     }
 
     // Overwrites the slice with inclusive prefix sums starting from `base` (the word

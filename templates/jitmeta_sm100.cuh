@@ -105,6 +105,11 @@ struct Sm100 {
         return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;
     }
 
+    // The summary of dense words (segs) summed: their work, next_n tokens each.
+    __device__ __forceinline__ static S dense_summary(u64 words, u32 next_n) {
+        return S{words * next_n};
+    }
+
     // The tile word of a dense request: its segs (times next_n in 64 bits later).
     __device__ __forceinline__ static u32 dense_word(int ctx, u32 /*next_n*/) {
         return segs(ctx);
@@ -136,26 +141,32 @@ struct Sm100 {
             *after = 0u;
             return S{sum * next_n};
         } else {
-            u64 closed = 0;
-            u32 lead_seg = 0, lead_end = 0, lastb = S::kNone;
+            S s = S::identity();
             u32 cur = b < end ? tile[pad(b)] : 0u;
             for (u32 i = b; i < end; ++i) {
                 const u32 next = tile[pad(i + 1)];
-                const u32 t = lo + i;
-                if (cur & kBoundary) lastb = t;
-                if (next & kBoundary) {  // t ends a run
-                    const u32 seg = cur & kSegMask;
-                    if (lastb != S::kNone) {
-                        closed += (u64)seg * (t - lastb + 1u);
-                    } else {
-                        lead_seg = seg;
-                        lead_end = t + 1u;
-                    }
-                }
+                step(s, cur, next, lo + i);
                 cur = next;
             }
             *after = cur;
-            return S{closed, lead_seg, lead_end, lastb, 0u};
+            return s;
+        }
+    }
+
+    // Varlen: appends token t (packed word `cur`; `next`: the token after it) to a
+    // summary: a boundary moves the last boundary to t; a run end (the next token
+    // starts a run) adds its run's work, or becomes the leading run end when the
+    // summary has no boundary yet.
+    __device__ __forceinline__ static void step(S& s, u32 cur, u32 next, u32 t) {
+        if (cur & kBoundary) s.lastb = t;
+        if (next & kBoundary) {  // t ends a run
+            const u32 seg = cur & kSegMask;
+            if (s.lastb != S::kNone) {
+                s.closed += (u64)seg * (t - s.lastb + 1u);
+            } else {
+                s.lead_seg = seg;
+                s.lead_end = t + 1u;
+            }
         }
     }
 

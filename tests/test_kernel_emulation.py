@@ -219,6 +219,51 @@ def test_chunked_blocks_with_one_to_five_slabs():
     check_all(cases, "chunked blocks of 1..5 slabs")
 
 
+def test_chunked_register_slabs():
+    """Slabs of 8 elements per thread that are not their block's last are summed in
+    registers (16-byte loads; varlen: neighbouring tokens by shuffles) when the inputs
+    are 16-byte aligned and, dense, next_n is 1 or 2, else stored and scanned: varlen
+    runs ending and starting at thread, warp and slab edges, dense next_n 1..3, every
+    format, 1..7 slabs per block, aligned or not."""
+    rng, g = rngs("register slabs")
+    cases = []
+    for threads in (32, 64):
+        chunk = 8 * threads
+        for schedule in ("smxx", "sm90", "sm100"):
+            for run in (1, 2, 7, 8, 9, 31, 32, 33, 2 * threads + 1, chunk, 0):
+                slabs = rng.randint(2, 7)
+                batch = slabs * chunk - rng.choice((0, 0, rng.randint(1, chunk - 1)))
+                offset = rng.randint(0, max(1, run) - 1)
+                kind = rng.choice(INDEX_KINDS)
+                idx = (indices(kind, batch, rng, g, slab=chunk) if run == 0 else
+                       ((torch.arange(batch) + offset) // run).to(torch.int32))
+                ctx = fit_u32(lengths(rng.choice(("mixed", "edges", "zeros")), batch, 1, g),
+                              idx)
+                num_sms = rng.choice((1, 3, 132, batch + 5))
+                p = plan_case("chunked", batch, 1, True, num_sms, schedule, threads, chunk,
+                              sm_count=132)
+                for grid in (1, 2, 3):
+                    misalign = rng.choice((0, 0, 4, 12))
+                    cases.append(Case(dataclasses.replace(p, grid=grid), ctx, idx, num_sms,
+                                      misalign=misalign, seed=rng.getrandbits(32),
+                                      label=f"{p.code.name} batch={batch} runs of "
+                                            f"{run or kind} from {offset} grid={grid} "
+                                            f"num_sms={num_sms} misalign={misalign}"))
+        for schedule in ("smxx", "sm90", "sm100"):  # dense: next_n 1 and 2 (3: stored)
+            for next_n in (1, 2, 3):
+                slabs = rng.randint(2, 7)
+                batch = slabs * chunk - rng.choice((0, rng.randint(1, chunk - 1)))
+                base = make_case(rng, g, "chunked", False, schedule, batch, next_n=next_n,
+                                 threads=threads, chunk=chunk, sm_count=132)
+                for grid in (1, 2, 3):
+                    misalign = rng.choice((0, 0, 4, 12))
+                    cases.append(dataclasses.replace(
+                        base, plan=dataclasses.replace(base.plan, grid=grid), misalign=misalign,
+                        seed=rng.getrandbits(32),
+                        label=f"{base.label} grid={grid} misalign={misalign}"))
+    check_all(cases, "register slabs")
+
+
 def test_library_default_configurations():
     """The block sizes and tiles the planner picks by itself (no JITMETA_THREADS/CHUNK)."""
     rng, g = rngs("defaults")
@@ -303,7 +348,8 @@ MUTANTS = [
                                                "sc.broadcast[0] = S::compose(before, slot);")],
      ("chunked",), ("dense", "varlen")),
     ("slice summary assumes parity 0 coming in",
-     [(r"p0 = 0, p1 = 1;", "p0 = 0, p1 = 0;")], ("static", "chunked"), ("varlen",)),
+     [(r"identity\(\) \{ return \{0u, 0u, 0u, 1u\}; \}", "identity() { return {0u, 0u, 0u, 0u}; }")],
+     ("static", "chunked"), ("varlen",)),
     ("varlen halo word never loaded",
      [(r"tile\[pad\(n\)\] = e < batch \?", "if (false) tile[pad(n)] = e < batch ?")],
      ("static", "dynamic", "chunked"), ("varlen",)),
@@ -371,6 +417,53 @@ def test_broken_row_queue_is_caught(name, edits):
             assert broken is not None, f"the kernel source no longer contains {edits[0][0]!r}"
             cases.append(Case(p, ctx, idx, 132, seed=rng.getrandbits(32), source=broken,
                               label=f"{p.code.name} batch={batch} huge_one"))
+    check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
+    assert_mutant_caught(name, cases)
+
+
+REGISTER_MUTANTS = [
+    ("a register slab ignores the index before its tokens",
+     [(r"if \(lane == 0u\) pid = f\.pid;", "")]),
+    ("a register slab's last lane reads the wrong next token",
+     [(r"__ldg\(idx \+ e1\)", "__ldg(idx + e1 - 1u)")]),
+    ("register slabs keep only the first warp's part",
+     [(r"v = v\.shfl\(31\);", "v = v.shfl(0);")]),
+    ("the last slab does not see the register slabs before it",
+     [(r"mine = sc\.broadcast\[1\];", "")]),
+    ("a dense register slab reads the first column at next_n 2",
+     [(r"next_n == 1u \? w\[k\] : w2\[k\]", "w[k]")]),
+]
+
+
+@pytest.mark.parametrize("name,edits", REGISTER_MUTANTS, ids=[m[0] for m in REGISTER_MUTANTS])
+def test_broken_register_slabs_are_caught(name, edits):
+    """Register slabs (8 elements per thread, 16-byte aligned inputs, blocks of two warps
+    and several slabs) in every format: dense next_n 1 and 2, varlen runs of a few
+    tokens."""
+    rng, g = rngs("register mutant", name)
+    cases = []
+    for schedule in ("smxx", "sm90", "sm100"):
+        for next_n in (1, 2):  # dense
+            batch = rng.randint(3, 6) * 512 - rng.randint(0, 100)
+            ctx = lengths("mixed", batch, next_n, g)
+            num_sms = rng.choice((3, 132, 1000))
+            p = dataclasses.replace(plan_case("chunked", batch, next_n, False, num_sms,
+                                              schedule, 64, 512, sm_count=132), grid=1)
+            broken = mutate(render(p.code), edits)
+            assert broken is not None, f"the kernel source no longer contains {edits[0][0]!r}"
+            cases.append(Case(p, ctx, None, num_sms, misalign=0, seed=rng.getrandbits(32),
+                              source=broken, label=f"{p.code.name} batch={batch} dense"))
+        for kind in ("runs", "pairs", "distinct"):
+            batch = rng.randint(3, 6) * 512 - rng.randint(0, 100)
+            idx = indices(kind, batch, rng, g)
+            ctx = fit_u32(lengths("mixed", batch, 1, g), idx)
+            num_sms = rng.choice((3, 132, 1000))
+            p = dataclasses.replace(plan_case("chunked", batch, 1, True, num_sms, schedule,
+                                              64, 512, sm_count=132), grid=rng.choice((1, 2)))
+            broken = mutate(render(p.code), edits)
+            assert broken is not None, f"the kernel source no longer contains {edits[0][0]!r}"
+            cases.append(Case(p, ctx, idx, num_sms, misalign=0, seed=rng.getrandbits(32),
+                              source=broken, label=f"{p.code.name} batch={batch} {kind}"))
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases)
 
