@@ -462,21 +462,26 @@ struct Engine : F {
     // A slab that is not its block's last needs only its summary in phase 1 (phase 2
     // reloads it if it holds an SM start). When the slab is 8 elements per thread and
     // the inputs are 16-byte aligned, thread t loads its own 8 consecutive elements
-    // [lo + 8t, lo + 8t + 8) with 16-byte loads and summarizes them in registers, and
-    // the block composes the threads' summaries in order: each warp by shuffles, warp 0
-    // the warps, through one of two alternating sets of slots in the tile, so a slab
-    // costs one barrier. The next slab's loads are in flight meanwhile. No shared tile,
-    // no per-thread slice walks, no block scan. Dense: next_n 1 or 2 (the last column
-    // of 8 requests is one or two pairs of 16-byte loads; wider rows are stored and
-    // scanned), the words simply summed. Varlen: the index before the thread's tokens
-    // and the token after them come from its warp neighbours (lanes 0 and 31 load
-    // theirs), and the packed words go through F::step as the tile's do.
+    // [lo + 8t, lo + 8t + 8) with 16-byte loads (the next slab's are in flight while
+    // these are summarized), summarizes them in registers, and its warp composes the
+    // lanes' summaries in order by shuffles and leaves the warp's in a slot in the tile.
+    // No barrier inside a group of kRegGroup slabs, so warps drift apart and one's loads
+    // overlap another's arithmetic; once a group is done, the block composes each
+    // slab's warps (one warp per slab) and warp 0 the slabs. No per-thread slice walks,
+    // no block scan per slab. Dense: next_n 1 (a request is one word; wider rows are
+    // stored and scanned), the words simply summed. Varlen: the index before the
+    // thread's tokens and the token after them come from its warp neighbours (lanes 0
+    // and 31 load theirs), and the packed words go through F::step as the tile's do.
     template <u32 CHUNK>
     static constexpr bool kRegSlabs = CHUNK == 8u * THREADS;
+    // Slabs of a group: a slot per warp and slab plus a summary per slab fit the tile.
+    template <u32 CHUNK>
+    static constexpr u32 kRegGroup =
+        tile_words(CHUNK) / ((kWarps + 1u) * kFields) < 32u
+            ? tile_words(CHUNK) / ((kWarps + 1u) * kFields) : 32u;
 
     struct RegFetched {
-        int4 v[4];         // varlen: context lengths v[0..1], indices v[2..3]; dense: the
-                           // rows of next_n 1 (v[0..1]) or 2 (v[0..3])
+        int4 v[VARLEN ? 4 : 2];  // context lengths v[0..1]; varlen: indices v[2..3]
         int pid, nc, nid;  // varlen, lane 0: the index before; lane 31: the token after
     };
 
@@ -484,14 +489,14 @@ struct Engine : F {
     __device__ __forceinline__ static bool reg_capable(const int* ctx, const int* idx,
                                                        u32 next_n) {
         const u64 addr = reinterpret_cast<u64>(ctx) | (VARLEN ? reinterpret_cast<u64>(idx) : 0u);
-        return (addr & 15u) == 0u && (VARLEN || next_n <= 2u);
+        return (addr & 15u) == 0u && (VARLEN || next_n == 1u);
     }
 
     // Issues the loads of a register slab [lo, lo + 8 * THREADS) (not the batch's last:
     // the token after it exists).
     __device__ __forceinline__ static void reg_fetch(RegFetched& f, const int* __restrict__ ctx,
                                                      const int* __restrict__ idx, u32 lo,
-                                                     u32 batch, u32 next_n) {
+                                                     u32 batch) {
         const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
         if constexpr (VARLEN) {
             const int4* pc = reinterpret_cast<const int4*>(ctx + e0);
@@ -505,27 +510,21 @@ struct Engine : F {
             f.nc = lane == 31u ? __ldg(ctx + e1) : 0;
             f.nid = lane == 31u ? __ldg(idx + e1) : 0;
         } else {
-            const int4* p = reinterpret_cast<const int4*>(ctx + (u64)e0 * next_n);
+            const int4* p = reinterpret_cast<const int4*>(ctx + e0);
             f.v[0] = __ldg(p);
             f.v[1] = __ldg(p + 1);
-            if (next_n == 2u) {
-                f.v[2] = __ldg(p + 2);
-                f.v[3] = __ldg(p + 3);
-            }
         }
     }
 
     // The summary of this thread's 8 elements of a fetched register slab.
-    __device__ __forceinline__ static S reg_summary(const RegFetched& f, u32 lo, u32 next_n,
-                                                    u32 mult) {
+    __device__ __forceinline__ static S reg_summary(const RegFetched& f, u32 lo, u32 mult) {
         const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
         if constexpr (!VARLEN) {
-            const int4 a = f.v[0], b = f.v[1], c = f.v[2], d = f.v[3];
+            const int4 a = f.v[0], b = f.v[1];
             const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            const int w2[8] = {a.y, a.w, b.y, b.w, c.y, c.w, d.y, d.w};
             u64 sum = 0;
 #pragma unroll
-            for (u32 k = 0; k < 8u; ++k) sum += F::dense_word(next_n == 1u ? w[k] : w2[k], mult);
+            for (u32 k = 0; k < 8u; ++k) sum += F::dense_word(w[k], mult);
             return F::dense_summary(sum, mult);
         } else {
             const int c[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w,
@@ -550,21 +549,6 @@ struct Engine : F {
             for (u32 k = 0; k < 8u; ++k) F::step(s, w[k], w[k + 1u], e0 + k);
             return s;
         }
-    }
-
-    // The composition of one summary per thread in thread order, in every lane of warp
-    // 0, through kWarps * kFields words at `slots` and one barrier (the slots may be
-    // rewritten once a later barrier has passed).
-    __device__ __forceinline__ static S compose_block(S v, u32* slots) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        v = warp_inclusive_scan(v);
-        if (lane == 31) put(slots + warp * kFields, v);
-        __syncthreads();
-        if (warp == 0) {
-            v = warp_inclusive_scan(lane < kWarps ? get(slots + lane * kFields) : S::identity());
-            v = v.shfl(31);
-        }
-        return v;
     }
 
     // A summary as 32-bit words (the tile is only 4-byte aligned).
@@ -608,16 +592,40 @@ struct Engine : F {
         u32 j = j0;
         if constexpr (kRegs) {
             if (regs && j0 + 1u < j1) {  // every slab but the block's last
+                constexpr u32 G = kRegGroup<CHUNK>;
+                static_assert(G != 0u, "a group of register slabs fits the tile");
+                u32* slots = tile;                        // [G][kWarps] warp summaries
+                u32* sums = tile + G * kWarps * kFields;  // [G] slab summaries
+                const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
                 RegFetched rf;
-                reg_fetch(rf, ctx, idx, j0 * CHUNK, batch, next_n);
+                reg_fetch(rf, ctx, idx, j0 * CHUNK, batch);
                 for (; j + 1u < j1; ++j) {
-                    const S own = reg_summary(rf, j * CHUNK, next_n, mult);
-                    if (j + 2u < j1) reg_fetch(rf, ctx, idx, (j + 1u) * CHUNK, batch, next_n);
-                    const S slab = compose_block(own, tile + ((j - j0) & 1u) * kWarps * kFields);
-                    if (threadIdx.x == 0) slab_sums[j] = slab;
-                    mine = S::compose(mine, slab);  // in warp 0 only
+                    const S own = reg_summary(rf, j * CHUNK, mult);
+                    if (j + 2u < j1) reg_fetch(rf, ctx, idx, (j + 1u) * CHUNK, batch);
+                    const S part = warp_inclusive_scan(own);
+                    const u32 k = (j - j0) % G;  // this slab's place in its group
+                    if (lane == 31u) put(slots + (k * kWarps + warp) * kFields, part);
+                    if (k + 1u == G || j + 2u == j1) {  // the group is summarized: compose it
+                        const u32 count = k + 1u, first = j - k;
+                        __syncthreads();
+                        for (u32 m = warp; m < count; m += kWarps) {  // slab m: warp by warp
+                            const S v = warp_inclusive_scan(
+                                lane < kWarps ? get(slots + (m * kWarps + lane) * kFields)
+                                              : S::identity());
+                            if (lane == 31u) {
+                                slab_sums[first + m] = v;
+                                put(sums + m * kFields, v);
+                            }
+                        }
+                        __syncthreads();  // the next group writes slots only, then syncs
+                        if (warp == 0u) {
+                            const S v = warp_inclusive_scan(
+                                lane < count ? get(sums + lane * kFields) : S::identity());
+                            mine = S::compose(mine, v.shfl(31));  // in warp 0 only
+                        }
+                    }
                 }
-                // every thread gets `mine`; warp 0 is done with the slots after the barrier
+                // every thread gets `mine`; warp 0 is done with the tile after the barrier
                 if (threadIdx.x == 0) sc.broadcast[1] = mine;
                 __syncthreads();
                 mine = sc.broadcast[1];  // read before the scan below reuses it
