@@ -516,16 +516,23 @@ struct Engine : F {
         }
     }
 
-    // The summary of this thread's 8 elements of a fetched register slab.
-    __device__ __forceinline__ static S reg_summary(const RegFetched& f, u32 lo, u32 mult) {
+    // This thread's 8 elements of a fetched register slab, unpacked (waiting for the
+    // loads, so that the buffer can take the next slab's): dense, the sum of their
+    // words; varlen, their packed words and the word after them.
+    struct RegWords {
+        u32 w[VARLEN ? 9 : 1];
+        u64 sum;
+    };
+
+    __device__ __forceinline__ static void reg_unpack(const RegFetched& f, u32 lo, u32 mult,
+                                                      RegWords& r) {
         const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
         if constexpr (!VARLEN) {
             const int4 a = f.v[0], b = f.v[1];
             const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            u64 sum = 0;
+            r.sum = 0;
 #pragma unroll
-            for (u32 k = 0; k < 8u; ++k) sum += F::dense_word(w[k], mult);
-            return F::dense_summary(sum, mult);
+            for (u32 k = 0; k < 8u; ++k) r.sum += F::dense_word(w[k], mult);
         } else {
             const int c[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w,
                               f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
@@ -539,16 +546,33 @@ struct Engine : F {
                 nc = f.nc;
                 nid = f.nid;
             }
-            u32 w[9];
 #pragma unroll
             for (u32 k = 0; k < 8u; ++k)
-                w[k] = varlen_word(c[k], id[k], k ? id[k - 1u] : pid, e0 + k);
-            w[8] = varlen_word(nc, nid, id[7], e0 + 8u);
+                r.w[k] = varlen_word(c[k], id[k], k ? id[k - 1u] : pid, e0 + k);
+            r.w[8] = varlen_word(nc, nid, id[7], e0 + 8u);
+        }
+    }
+
+    // The summary of unpacked elements (slab offset lo).
+    __device__ __forceinline__ static S reg_fold(const RegWords& r, u32 lo, u32 mult) {
+        if constexpr (!VARLEN) {
+            return F::dense_summary(r.sum, mult);
+        } else {
+            const u32 e0 = lo + threadIdx.x * 8u;
             S s = S::identity();
 #pragma unroll
-            for (u32 k = 0; k < 8u; ++k) F::step(s, w[k], w[k + 1u], e0 + k);
+            for (u32 k = 0; k < 8u; ++k) F::step(s, r.w[k], r.w[k + 1u], e0 + k);
             return s;
         }
+    }
+
+    // The composition of a warp's summaries in lane order, in lane 0 (a tree: at step d
+    // lane l takes lane l + d's; only lane 0's chain is kept).
+    __device__ __forceinline__ static S warp_total(S v) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) v = S::compose(v, v.shfl(lane + d));
+        return v;
     }
 
     // A summary as 32-bit words (the tile is only 4-byte aligned).
@@ -597,14 +621,21 @@ struct Engine : F {
                 u32* slots = tile;                        // [G][kWarps] warp summaries
                 u32* sums = tile + G * kWarps * kFields;  // [G] slab summaries
                 const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-                RegFetched rf;
-                reg_fetch(rf, ctx, idx, j0 * CHUNK, batch);
-                for (; j + 1u < j1; ++j) {
-                    const S own = reg_summary(rf, j * CHUNK, mult);
-                    if (j + 2u < j1) reg_fetch(rf, ctx, idx, (j + 1u) * CHUNK, batch);
-                    const S part = warp_inclusive_scan(own);
+                // kDepth slabs of loads in flight per thread (dense words are few)
+                constexpr u32 kDepth = VARLEN ? 1u : 2u;
+                RegFetched rf[kDepth];  // indexed by unrolled constants only: registers
+#pragma unroll
+                for (u32 d = 0; d < kDepth; ++d)
+                    if (j0 + d + 1u < j1) reg_fetch(rf[d], ctx, idx, (j0 + d) * CHUNK, batch);
+                // slab j, whose loads are in rf[d]
+                auto summarize = [&](RegFetched& f, u32 j) {
+                    RegWords words;
+                    reg_unpack(f, j * CHUNK, mult, words);
+                    if (j + kDepth + 1u < j1)
+                        reg_fetch(f, ctx, idx, (j + kDepth) * CHUNK, batch);
+                    const S part = warp_total(reg_fold(words, j * CHUNK, mult));
                     const u32 k = (j - j0) % G;  // this slab's place in its group
-                    if (lane == 31u) put(slots + (k * kWarps + warp) * kFields, part);
+                    if (lane == 0u) put(slots + (k * kWarps + warp) * kFields, part);
                     if (k + 1u == G || j + 2u == j1) {  // the group is summarized: compose it
                         const u32 count = k + 1u, first = j - k;
                         __syncthreads();
@@ -623,6 +654,12 @@ struct Engine : F {
                                 lane < count ? get(sums + lane * kFields) : S::identity());
                             mine = S::compose(mine, v.shfl(31));  // in warp 0 only
                         }
+                    }
+                };
+                while (j + 1u < j1) {
+#pragma unroll
+                    for (u32 d = 0; d < kDepth; ++d) {
+                        if (j + 1u < j1) summarize(rf[d], j++);
                     }
                 }
                 // every thread gets `mine`; warp 0 is done with the tile after the barrier

@@ -437,6 +437,8 @@ REGISTER_MUTANTS = [
      [(r"__ldg\(idx \+ e1\)", "__ldg(idx + e1 - 1u)")]),
     ("register slabs keep only a group's first slab",
      [(r"mine = S::compose\(mine, v\.shfl\(31\)\);", "mine = S::compose(mine, v.shfl(0));")]),
+    ("a warp composes its lanes in the wrong order",
+     [(r"v = S::compose\(v, v\.shfl\(lane \+ d\)\);", "v = S::compose(v.shfl(lane + d), v);")]),
     ("the slabs of a group share their warp slots",
      [(r"put\(slots \+ \(k \* kWarps \+ warp\) \* kFields, part\)",
        "put(slots + warp * kFields, part)")]),
