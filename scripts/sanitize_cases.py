@@ -26,19 +26,20 @@ def main() -> int:
     # every variant, the small-bucket block sizes, the default chunked slabs, and
     # blocks with many slabs (chunk 1024: 293 slabs over at most 132 blocks; the chunk
     # knob is a power of two); slabs of 8 elements per thread (128 threads) are summed
-    # in registers (dense at next_n 1) when a block has more than one
-    cases = [("static", 1000, None, None), ("static", 4096, None, None),
-             ("dynamic", 20000, None, None), ("chunked", 70000, None, None),
-             ("chunked", 300000, None, None), ("chunked", 300000, 1024, None),
-             ("chunked", 300000, 1024, 128), ("chunked", 5000, 1024, None),
-             ("chunked", 5000, 32, None)]
-    for variant, batch, chunk, threads in cases:
+    # in registers (dense at next_n 1) when a block has more than one. The last field:
+    # next_n of the dense cases.
+    cases = [("static", 1000, None, None, 3), ("static", 4096, None, None, 3),
+             ("dynamic", 20000, None, None, 3), ("chunked", 70000, None, None, 3),
+             ("chunked", 300000, None, None, 3), ("chunked", 300000, 1024, None, 3),
+             ("chunked", 300000, 1024, 128, 1), ("chunked", 5000, 1024, None, 3),
+             ("chunked", 5000, 32, None, 3)]
+    for variant, batch, chunk, threads, dense_next_n in cases:
         with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk,
                            JITMETA_THREADS=threads):
             for varlen in (False, True):
                 for schedule, num_sms in (("smxx", 4096), ("sm90", 1), ("smxx", 132),
                                           ("sm100", 132), ("sm100", 4096)):
-                    next_n = 1 if varlen or threads else 3
+                    next_n = 1 if varlen else dense_next_n
                     ctx = torch.randint(0, 5000, (batch, next_n), generator=gen,
                                         dtype=torch.int32).cuda()
                     idx = (torch.arange(batch) // 3).to(torch.int32).cuda() if varlen \

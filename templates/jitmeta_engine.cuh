@@ -123,11 +123,6 @@ struct Engine : F {
         return (words + F::kTileAlign - 1u) / F::kTileAlign * F::kTileAlign;
     }
 
-    // Inclusive-then-exclusive block scan of one summary per thread. Returns the
-    // exclusive prefix of this thread; *block_total gets the whole block's summary.
-    // Also empties the row queue (between its first two barriers, where nothing reads
-    // broadcast[1]; whatever read the queue last did so before a barrier that precedes
-    // this call).
     // Inclusive scan of one summary per lane of a warp (lane 31 gets the warp's).
     __device__ __forceinline__ static S warp_inclusive_scan(S v) {
         const int lane = threadIdx.x & 31;
@@ -139,6 +134,11 @@ struct Engine : F {
         return v;
     }
 
+    // Inclusive-then-exclusive block scan of one summary per thread. Returns the
+    // exclusive prefix of this thread; *block_total gets the whole block's summary.
+    // Also empties the row queue (between its first two barriers, where nothing reads
+    // broadcast[1]; whatever read the queue last did so before a barrier that precedes
+    // this call).
     __device__ __forceinline__ static S block_exclusive_scan(S v, Scratch& sc,
                                                              S* block_total) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -608,8 +608,6 @@ struct Engine : F {
         // flight while this one is summarized.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
         constexpr bool kRegs = kRegSlabs<CHUNK>;
-        static_assert(!kRegs || 2u * kWarps * kFields <= tile_words(CHUNK),
-                      "two sets of warp slots fit in the tile");
         const bool regs = kRegs && reg_capable(ctx, idx, next_n);
         S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
