@@ -681,11 +681,21 @@ struct Engine : F {
             }
             __syncthreads();
             kept = scan_tile(tile, lo, n, mult, sc);  // ends synced: the tile may be rewritten
-            if (threadIdx.x == 0) slab_sums[j] = kept.block;
+            if (threadIdx.x == 0 && j + 1u < j1) slab_sums[j] = kept.block;  // see phase 2
             before_kept = mine;
             mine = S::compose(mine, kept.block);
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
+        // Phase 2 walks this block's slab summaries in order: the last slab's is in
+        // registers (kept.block); each lane loads one of the others, 32 slabs at a time,
+        // the first 32 now, while the exchange runs (every one of them was written before
+        // a barrier, by this block).
+        const u32 lane = threadIdx.x & 31u;
+        auto slab_group = [&](u32 m) {  // slabs j0 + m + lane, but the last
+            const u32 jl = j0 + m + lane;
+            return jl + 1u < j1 ? slab_sums[jl] : S::identity();
+        };
+        S group = slab_group(0u);
 
         S slot = S::identity(), all;
         if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
@@ -709,8 +719,13 @@ struct Engine : F {
             const bool resident = k == 0;  // the slab still in shared memory first
             const u32 j = resident ? j1 - 1u : j0 + k - 1u;
             const S cj = resident ? carry_last : c;
-            const S sj = slab_sums[j];
-            if (!resident) c = S::compose(c, sj);
+            S sj = kept.block;
+            if (!resident) {  // slab j0 + m; the group loaded holds slabs from m - m % 32 on
+                const u32 m = k - 1u;
+                if (m != 0u && m % 32u == 0u) group = slab_group(m);
+                sj = group.shfl((int)(m % 32u));
+                c = S::compose(c, sj);
+            }
             const Work base = F::work(cj);
             const Work end = F::work(S::compose(cj, sj));
             const u32 s = F::first_sm(base, q, r, num_sms);

@@ -225,7 +225,7 @@ def test_chunked_register_slabs():
     are 16-byte aligned and, dense, next_n is 1, else stored and scanned: varlen runs
     ending and starting at thread, warp and slab edges, dense next_n 1..3, every
     format, 1..7 slabs per block, aligned or not, and one block of 40..70 slabs (groups
-    of slabs composed in turn)."""
+    of slabs composed in turn, and their summaries taken 32 at a time in phase 2)."""
     rng, g = rngs("register slabs")
     cases = []
     for threads in (32, 64):
@@ -262,11 +262,15 @@ def test_chunked_register_slabs():
                         base, plan=dataclasses.replace(base.plan, grid=grid), misalign=misalign,
                         seed=rng.getrandbits(32),
                         label=f"{base.label} grid={grid} misalign={misalign}"))
-    for schedule in ("smxx", "sm90", "sm100"):  # one block of several groups of slabs
-        for varlen in (False, True):
+    # one block of several groups of slabs (phase 2 takes their summaries 32 at a time):
+    # in registers, and stored (misaligned; dense next_n 2)
+    for schedule in ("smxx", "sm90", "sm100"):
+        for varlen, next_n, misalign in ((False, 1, 0), (True, 1, 0), (False, 2, 0),
+                                         (True, 1, 4)):
             batch = rng.randint(40, 70) * 256 - rng.randint(0, 255)
-            base = make_case(rng, g, "chunked", varlen, schedule, batch, threads=32,
-                             chunk=256, sm_count=132, misalign=0, index_kind="runs")
+            base = make_case(rng, g, "chunked", varlen, schedule, batch, next_n=next_n,
+                             threads=32, chunk=256, sm_count=132, misalign=misalign,
+                             index_kind="runs")
             cases.append(dataclasses.replace(
                 base, plan=dataclasses.replace(base.plan, grid=1),
                 label=f"{base.label} grid=1 ({-(-batch // 256)} slabs)"))
