@@ -48,7 +48,9 @@ REPLAYS = 10
 REPEATS = 5
 TORCH_OPS_MAX_BATCH = 2**20  # beyond, 20 calls of the PyTorch ops cost seconds a replay
 TORCH_OPS_FORMAT = "smxx"
-TUNING_BATCHES = [1024, 4096, 8192, 16384, 65536, 270336, 2**20]
+TUNING_BATCHES = [1024, 4096, 6144, 8192, 16384, 65536, 270336, 2**20]
+# (format, mode) pairs of the forced-variant table
+TUNING_MODES = [("smxx", "next_n=1"), ("smxx", "varlen/runs=2"), ("sm100", "varlen/runs=1..16")]
 TUNING_STATIC_THREADS = [128, 256, 512, 1024]  # block sizes tried for the static variant
 TUNING_CHUNKS = [1024, 2048, 4096, 8192]
 DYNAMIC_MAX = 55970  # the dynamic variant serves up to here on an H200 (both modes)
@@ -241,14 +243,14 @@ def cold_first_call(dry_run: bool) -> dict | None:
 
 def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]:
     """Each variant / chunked slab size (and static block size) that can serve a batch,
-    timed side by side ("smxx"; dense next_n=1 and varlen runs of 2), output checked
+    timed side by side (the format and mode pairs of TUNING_MODES), output checked
     after the replays."""
     rows = []
-    for mode in ("next_n=1", "varlen/runs=2"):
+    for fmt, mode in TUNING_MODES:
         next_n, runs = mode_shape(mode)
         for batch in batches:
             ctx, idx = make_inputs(batch, mode, gen, device)
-            want = jitmeta.reference_schedule(ctx, NUM_SMS, idx)
+            want = jitmeta.reference_schedule(ctx, NUM_SMS, idx, schedule=fmt)
             out = torch.empty(NUM_SMS + 1, 2, dtype=torch.int32, device=device)
             configs = [(f"static/t{t}", {"JITMETA_VARIANT": "static", "JITMETA_THREADS": t})
                        for t in TUNING_STATIC_THREADS] if batch <= 8192 else []
@@ -257,18 +259,19 @@ def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]
             configs += [(f"chunked/{c}", {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c,
                                           "JITMETA_THREADS": max(256, min(1024, c // 4))})
                         for c in TUNING_CHUNKS]
-            row = {"mode": mode, "batch": batch,
+            row = {"format": fmt, "mode": mode, "batch": batch,
                    "default": jitmeta.plan(batch, next_n, runs is not None, NUM_SMS,
+                                           schedule=fmt,
                                            arch="sm_90" if device == "cpu" else None
                                            ).code.name, "configs": {}}
             for name, knobs in configs:
                 with envs.override(**knobs):
                     call = (lambda: jitmeta.get_paged_mqa_logits_metadata(
-                        ctx, BLOCK_KV, NUM_SMS, idx, out=out))
+                        ctx, BLOCK_KV, NUM_SMS, idx, out=out, schedule=fmt))
                     timing, exact = timer.measure(call, want)
                 row["configs"][name] = {"us": timing, "exact": exact}
             rows.append(row)
-            progress(f"tuning {mode:18s} {batch:9d} " + "  ".join(
+            progress(f"tuning {fmt:5s} {mode:18s} {batch:9d} " + "  ".join(
                 f"{k} {_fmt(v['us'])}{'' if v['exact'] else ' WRONG'}"
                 for k, v in row["configs"].items()))
             del ctx, idx

@@ -312,10 +312,10 @@ def region_tuning(found: dict) -> str:
         cells = [fnum(med(r["configs"][n]["us"])) if n in r["configs"] else "-"
                  for n in names]
         exact = all(c["exact"] for c in r["configs"].values())
-        rows.append([r["mode"], batch_name(r["batch"]), r["default"], *cells,
-                     "yes" if exact else "NO"])
-    return table(["mode", "batch", "default plan", *names, "exact"], rows,
-                 "lrl" + "r" * len(names) + "l")
+        rows.append([r.get("format", "smxx"), r["mode"], batch_name(r["batch"]), r["default"],
+                     *cells, "yes" if exact else "NO"])
+    return table(["format", "mode", "batch", "default plan", *names, "exact"], rows,
+                 "llrl" + "r" * len(names) + "l")
 
 
 def region_host(found: dict) -> str:

@@ -155,6 +155,8 @@ def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
     assert all(t["tried"] and t["best"] is None for t in rec["touch"])
     assert rec["tuning"] and all(c["exact"] for r in rec["tuning"]
                                  for c in r["configs"].values())
+    assert ({(r["format"], r["mode"]) for r in rec["tuning"]}
+            == set(benchmark_metadata.TUNING_MODES))
     out = capsys.readouterr().out
     assert "| smxx | varlen/runs=1..16 | 1024 |" in out  # the printed table
     # the generator refuses it in the records directory ...
