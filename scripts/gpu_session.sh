@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [configs]
-#                               [hostcmp] [profile] [ncu] [cu12]
+#                               [hostcmp] [profile] [ncu] [phases] [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
 # "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
@@ -114,6 +114,10 @@ for stage in $stages; do
             > "$OUT/ncu-$which.txt" 2>&1
         r=$?; echo "ncu $which: exit $r"; grep -E "exact|Duration|Executed Instructions " "$OUT/ncu-$which.txt" | head -40
       done ;;
+    phases)
+      # where the chunked and static kernels spend their time (bench/phase_trace.py)
+      timeout ${JITMETA_PHASES_TIMEOUT:-120} python3 "$repo/bench/phase_trace.py" --out "$OUT" 2>&1 | tee "$OUT/phases.log" | tail -20
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
     cu12)
       (cd "$repo" && PYTHONPATH= bash scripts/cu12_smoke.sh) 2>&1 | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;

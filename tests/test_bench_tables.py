@@ -26,6 +26,7 @@ import benchmark_host  # noqa: E402
 import benchmark_metadata  # noqa: E402
 import benchmark_nvrtc  # noqa: E402
 import make_tables  # noqa: E402
+import phase_trace  # noqa: E402
 import records  # noqa: E402
 import touch  # noqa: E402
 
@@ -299,3 +300,32 @@ def test_cli_script_writes_a_cpu_cli_record_the_generator_renders(tmp_path, caps
     found["cpu-cli"] = []
     assert "no record yet" in make_tables.region_cli_startup(found)
     assert "| - ms | no record |" in make_tables.region_targets(found)
+
+
+# --- the phase-trace tool's edits still fit the kernels ---------------------------------------
+
+def test_phase_trace_marks_every_traced_kernel():
+    """bench/phase_trace.py edits the rendered source at fixed anchors: every shape it
+    traces must still take all of its marks (and compile), so that a kernel change
+    that moves an anchor fails here, not on the GPU machine."""
+    from jitmeta.envs import snapshot
+    from jitmeta.heuristics.arch import limits_for_arch
+    from jitmeta.jit.compiler import CompileOptions, compile_cubin
+    from jitmeta.jit.render import render
+    from jitmeta.kernels import plan as make_plan
+    from jitmeta.kernels import source as make_source
+
+    lim = limits_for_arch("sm_90")
+    seen = set()
+    for fmt, mode, batch in phase_trace.CASES:
+        next_n, runs = benchmark_metadata.mode_shape(mode)
+        p = make_plan(batch, next_n, runs is not None, 132, 256, fmt, lim, snapshot())
+        if p.code in seen:
+            continue
+        seen.add(p.code)
+        text = phase_trace.traced(render(make_source(p.code)))
+        want = {"chunked": 5, "static": 4}[p.variant]  # marks, besides the definition
+        assert text.count("jitmeta_mark(") - 1 == want, p.code.name
+        if p.variant == "chunked" and fmt == "smxx" and runs is None:
+            assert compile_cubin(text, CompileOptions("sm_90")).cubin
+    assert {c.variant for c in seen} == {"static", "chunked"}

@@ -1,0 +1,214 @@
+"""Where a kernel's time goes, phase by phase (an analysis tool, not a benchmark).
+
+Compiles the kernels of a few shapes with timestamps added at phase boundaries (the
+rendered source is edited in this process only: thread 0 of each block stores
+``clock64()`` and ``%globaltimer`` after a block barrier, into a ``__device__`` array
+read back after the call), runs each shape eagerly a number of times and prints, per
+shape, the median over calls of: the median and the slowest block's cycles in each
+phase, the spread of the blocks' start times, and the span from the first block's
+start to the last block's end. The barriers the marks add cost a little; the figures
+say where the time goes, not what a call costs (bench/benchmark_metadata.py does).
+
+Marks (chunked): entry (after the dependency wait), each stored slab loaded (the
+last one's kept), phase 1 done (before the block publishes its slot), the exchange
+done (carry known), end. Static: entry, tile loaded, tile scanned, end.
+
+    python bench/phase_trace.py [--out DIR] [--calls N]
+
+Writes ``<date>-<device>-phases.json`` to ``--out`` (default: print only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import jitmeta
+from jitmeta import envs
+from jitmeta.jit import build as jit_build
+from jitmeta.jit import runtime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark_metadata as bm  # noqa: E402
+import records  # noqa: E402
+
+MARKS = 8  # slots per block
+ENTRY, LOADED, PHASE1, EXCHANGED, END, SCANNED = 0, 1, 2, 3, 4, 5
+CASES = [  # (format, mode, batch)
+    ("smxx", "varlen/runs=1..16", 8192), ("sm100", "varlen/runs=1..16", 8192),
+    ("smxx", "next_n=1", 8192),
+    ("smxx", "varlen/runs=1..16", 16384), ("sm100", "varlen/runs=1..16", 16384),
+    ("smxx", "next_n=1", 16384),
+    ("smxx", "varlen/runs=1..16", 65536), ("sm100", "varlen/runs=1..16", 65536),
+    ("smxx", "next_n=1", 65536),
+    ("smxx", "varlen/runs=1..16", 2**20), ("sm100", "varlen/runs=1..16", 2**20),
+    ("smxx", "next_n=1", 2**20),
+    ("smxx", "varlen/runs=1..16", 2**24), ("sm100", "varlen/runs=1..16", 2**24),
+    ("smxx", "next_n=1", 2**24),
+]
+
+PRELUDE = r"""
+__device__ unsigned long long jitmeta_trace[1024 * %d * 2];
+__device__ __forceinline__ void jitmeta_mark(unsigned k, bool sync) {
+    if (sync) __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long g;
+        asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(g));
+        const unsigned i = (blockIdx.x * %d + k) * 2;
+        jitmeta_trace[i] = clock64();
+        jitmeta_trace[i + 1] = g;
+    }
+}
+""" % (MARKS, MARKS)
+
+# (where: "chunked", "static" or "both"; anchor in the rendered source, found exactly
+# once; the text that replaces it, "{a}" standing for the anchor)
+EDITS = [
+    ("both", "    jitmeta::grid_launch_dependents();\n", "{a}    jitmeta_mark(%d, false);\n" % ENTRY),
+    ("chunked", "            __syncthreads();\n            kept = scan_tile(",
+     "            __syncthreads();\n            jitmeta_mark(%d, false);\n"
+     "            kept = scan_tile(" % LOADED),
+    ("chunked", "        if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);\n",
+     "        jitmeta_mark(%d, true);\n{a}" % PHASE1),
+    ("chunked", "        const S carry = sc.broadcast[0];\n", "{a}        jitmeta_mark(%d, true);\n" % EXCHANGED),
+    ("chunked", "                                    out, ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
+    ("static", "    Sched::load_tile(tile, context_lens, indices, 0u, batch, batch, next_n, mult);\n"
+     "    __syncthreads();\n", "{a}    jitmeta_mark(%d, true);\n" % LOADED),
+    ("static", "        const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);\n",
+     "{a}        if (whole) jitmeta_mark(%d, true);\n" % SCANNED),
+    ("static", "                     num_sms, out, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
+]
+
+
+def traced(text: str) -> str:
+    """The rendered source with the marks; refuses a source whose anchors moved."""
+    kind = "chunked" if "Sched::chunked<" in text else "static"
+    for where, anchor, repl in EDITS:
+        if where not in ("both", kind):
+            continue
+        if text.count(anchor) != 1:
+            raise SystemExit(f"phase_trace: anchor found {text.count(anchor)} times in a "
+                             f"{kind} source: {anchor!r}")
+        text = text.replace(anchor, repl.replace("{a}", anchor))
+    return PRELUDE + text
+
+
+def read_trace(module, grid: int) -> list[list[tuple[int, int]]]:
+    drv = runtime._drv
+    err, ptr, size = drv.cuModuleGetGlobal(module, b"jitmeta_trace")
+    if err:
+        raise SystemExit(f"phase_trace: cuModuleGetGlobal: {err}")
+    words = grid * MARKS * 2
+    host = (ctypes.c_uint64 * words)()
+    err, = drv.cuMemcpyDtoH(ctypes.addressof(host), ptr, words * 8)
+    if err:
+        raise SystemExit(f"phase_trace: cuMemcpyDtoH: {err}")
+    return [[(host[(b * MARKS + k) * 2], host[(b * MARKS + k) * 2 + 1]) for k in range(MARKS)]
+            for b in range(grid)]
+
+
+def clear_trace(module, grid: int) -> None:
+    drv = runtime._drv
+    err, ptr, size = drv.cuModuleGetGlobal(module, b"jitmeta_trace")
+    drv.cuMemsetD8(ptr, 0, grid * MARKS * 16)
+    drv.cuCtxSynchronize()
+
+
+def phases_of(variant: str) -> list[tuple[str, int, int]]:
+    if variant == "chunked":
+        return [("load", ENTRY, LOADED), ("phase 1 rest", LOADED, PHASE1),
+                ("exchange", PHASE1, EXCHANGED), ("phase 2", EXCHANGED, END),
+                ("total", ENTRY, END)]
+    return [("load", ENTRY, LOADED), ("scan", LOADED, SCANNED), ("rows", SCANNED, END),
+            ("total", ENTRY, END)]
+
+
+def run_case(fmt: str, mode: str, batch: int, calls: int, gen) -> dict:
+    next_n, runs = bm.mode_shape(mode)
+    ctx, idx = bm.make_inputs(batch, mode, gen, "cuda")
+    want = jitmeta.reference_schedule(ctx, bm.NUM_SMS, idx, schedule=fmt)
+    p = jitmeta.plan(batch, next_n, runs is not None, bm.NUM_SMS, schedule=fmt)
+    out = torch.empty(bm.NUM_SMS + 1, 2, dtype=torch.int32, device="cuda")
+    before = set(runtime.loaded_modules())
+    jitmeta.get_paged_mqa_logits_metadata(ctx, bm.BLOCK_KV, bm.NUM_SMS, idx, out=out,
+                                          schedule=fmt)
+    torch.cuda.synchronize()
+    new = [k for k in runtime.loaded_modules() if k not in before]
+    key = new[0] if new else None
+    if key is None:  # loaded by an earlier case of the same code
+        key = CODE_KEYS[p.code.name]
+    CODE_KEYS[p.code.name] = key
+    module = runtime.get_module(*key).module
+    runtime.make_current(key[0])
+    exact = torch.equal(out, want)
+    per_call = []
+    for _ in range(calls):
+        clear_trace(module, p.grid)
+        jitmeta.get_paged_mqa_logits_metadata(ctx, bm.BLOCK_KV, bm.NUM_SMS, idx, out=out,
+                                              schedule=fmt)
+        torch.cuda.synchronize()
+        per_call.append(read_trace(module, p.grid))
+    exact = exact and torch.equal(out, want)
+    phases = {}
+    for name, a, b in phases_of(p.variant):
+        meds, maxs = [], []
+        for tr in per_call:
+            d = [blk[b][0] - blk[a][0] for blk in tr]
+            meds.append(statistics.median(d))
+            maxs.append(max(d))
+        phases[name] = {"median_block_cycles": statistics.median(meds),
+                        "slowest_block_cycles": statistics.median(maxs)}
+    skew = statistics.median(max(blk[ENTRY][1] for blk in tr) - min(blk[ENTRY][1] for blk in tr)
+                             for tr in per_call)
+    span = statistics.median(max(blk[END][1] for blk in tr) - min(blk[ENTRY][1] for blk in tr)
+                             for tr in per_call)
+    return {"format": fmt, "mode": mode, "batch": batch, "code": p.code.name,
+            "variant": p.variant, "grid": p.grid, "threads": p.threads, "calls": calls,
+            "exact": exact, "phases": phases, "start_skew_ns": skew, "span_ns": span}
+
+
+CODE_KEYS: dict[str, tuple] = {}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="directory for the JSON record")
+    ap.add_argument("--calls", type=int, default=20)
+    args = ap.parse_args(argv)
+    plain = jit_build.render
+    jit_build.render = lambda source, *a, **k: traced(plain(source, *a, **k))
+    gen = torch.Generator().manual_seed(bm.SEED)
+    sm_clock_khz = torch.cuda.get_device_properties(0).clock_rate if hasattr(
+        torch.cuda.get_device_properties(0), "clock_rate") else None
+    rows = []
+    t0 = time.time()
+    with envs.override(JITMETA_DISABLE_DISK_CACHE=True):
+        for fmt, mode, batch in CASES:
+            r = run_case(fmt, mode, batch, args.calls, gen)
+            rows.append(r)
+            cells = "  ".join(f"{k} {v['median_block_cycles']:.0f}/{v['slowest_block_cycles']:.0f}"
+                              for k, v in r["phases"].items())
+            print(f"{fmt:5s} {mode:18s} {batch:9d} {r['variant']:7s} grid {r['grid']:4d}x"
+                  f"{r['threads']:4d}  {cells}  skew {r['start_skew_ns']:.0f} ns  span "
+                  f"{r['span_ns']:.0f} ns  exact={r['exact']}", flush=True)
+    meta = {**records.base_meta(argv, "phase_trace.py"), **records.gpu_meta()}
+    rec = {"kind": "gpu-phases", "meta": {**meta, "sm_clock_khz": sm_clock_khz,
+                                          "seconds": round(time.time() - t0, 1),
+                                          "cycles": "median over calls of the median "
+                                                    "block / the slowest block"},
+           "rows": rows}
+    if args.out:
+        path = records.write_record(
+            rec, args.out, f"{meta['date']}-{records.slug(meta['device'])}-phases.json")
+        print("wrote", path)
+    return 0 if all(r["exact"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
