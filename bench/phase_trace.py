@@ -38,8 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark_metadata as bm  # noqa: E402
 import records  # noqa: E402
 
-MARKS = 8  # slots per block
-ENTRY, LOADED, PHASE1, EXCHANGED, END, SCANNED = 0, 1, 2, 3, 4, 5
+MARKS = 16  # slots per block
+ENTRY, LOADED, PHASE1, EXCHANGED, END, SCANNED, WAITED = 0, 1, 2, 3, 4, 5, 6
+# accumulated spans of phase 2 (cycles summed over a call, and how many)
+RESIDENT, RELOAD, REEMIT = 8, 9, 10
+SPANS = ((RESIDENT, "resident slab rows"), (RELOAD, "reloads"), (REEMIT, "reloaded rows"))
 CASES = [  # (format, mode, batch)
     ("smxx", "varlen/runs=1..16", 8192), ("sm100", "varlen/runs=1..16", 8192),
     ("smxx", "next_n=1", 8192),
@@ -65,7 +68,21 @@ __device__ __forceinline__ void jitmeta_mark(unsigned k, bool sync) {
         jitmeta_trace[i + 1] = g;
     }
 }
-""" % (MARKS, MARKS)
+__device__ __forceinline__ unsigned long long jitmeta_begin() {
+    __syncthreads();
+    return clock64();
+}
+__device__ __forceinline__ unsigned long long jitmeta_add(unsigned k, unsigned long long t) {
+    __syncthreads();
+    const unsigned long long now = clock64();
+    if (threadIdx.x == 0) {
+        const unsigned i = (blockIdx.x * %d + k) * 2;
+        jitmeta_trace[i] += now - t;
+        jitmeta_trace[i + 1] += 1;
+    }
+    return now;
+}
+""" % (MARKS, MARKS, MARKS)
 
 # (where: "chunked", "static" or "both"; anchor in the rendered source, found exactly
 # once; the text that replaces it, "{a}" standing for the anchor)
@@ -78,6 +95,20 @@ EDITS = [
      "        jitmeta_mark(%d, true);\n{a}" % PHASE1),
     ("chunked", "        const S carry = sc.broadcast[0];\n", "{a}        jitmeta_mark(%d, true);\n" % EXCHANGED),
     ("chunked", "                                    out, ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
+    ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
+     "{a}        jitmeta_mark(%d, true);\n" % WAITED),
+    ("chunked", "                emit_scanned(tile, kept, lo, n, cj, total, false, last, batch, mult, num_sms,\n"
+     "                             out, sc);\n",
+     "                unsigned long long jm_t = jitmeta_begin();\n{a}"
+     "                jitmeta_add(%d, jm_t);\n" % RESIDENT),
+    ("chunked", "                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);\n"
+     "                __syncthreads();\n"
+     "                emit_tile(tile, lo, n, cj, total, false, last, batch, mult, num_sms, out, sc);\n",
+     "                unsigned long long jm_t = jitmeta_begin();\n"
+     "                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);\n"
+     "                jm_t = jitmeta_add(%d, jm_t);\n"
+     "                emit_tile(tile, lo, n, cj, total, false, last, batch, mult, num_sms, out, sc);\n"
+     "                jitmeta_add(%d, jm_t);\n" % (RELOAD, REEMIT)),
     ("static", "    Sched::load_tile(tile, context_lens, indices, 0u, batch, batch, next_n, mult);\n"
      "    __syncthreads();\n", "{a}    jitmeta_mark(%d, true);\n" % LOADED),
     ("static", "        const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);\n",
@@ -123,8 +154,8 @@ def clear_trace(module, grid: int) -> None:
 def phases_of(variant: str) -> list[tuple[str, int, int]]:
     if variant == "chunked":
         return [("load", ENTRY, LOADED), ("phase 1 rest", LOADED, PHASE1),
-                ("exchange", PHASE1, EXCHANGED), ("phase 2", EXCHANGED, END),
-                ("total", ENTRY, END)]
+                ("publish and wait", PHASE1, WAITED), ("slot scan", WAITED, EXCHANGED),
+                ("phase 2", EXCHANGED, END), ("total", ENTRY, END)]
     return [("load", ENTRY, LOADED), ("scan", LOADED, SCANNED), ("rows", SCANNED, END),
             ("total", ENTRY, END)]
 
@@ -164,6 +195,23 @@ def run_case(fmt: str, mode: str, batch: int, calls: int, gen) -> dict:
             maxs.append(max(d))
         phases[name] = {"median_block_cycles": statistics.median(meds),
                         "slowest_block_cycles": statistics.median(maxs)}
+    if p.variant == "chunked":
+        for k, name in SPANS:  # cycles per block (median over calls of the block median)
+            phases[name] = {
+                "median_block_cycles": statistics.median(
+                    statistics.median(blk[k][0] for blk in tr) for tr in per_call),
+                "slowest_block_cycles": statistics.median(
+                    max(blk[k][0] for blk in tr) for tr in per_call),
+                "count_per_block": statistics.median(
+                    statistics.mean(blk[k][1] for blk in tr) for tr in per_call)}
+        # globaltimer: how long a block waits for the last block to finish phase 1, and
+        # how long after that it has every slot
+        phases["waiting for the last block (ns)"] = {
+            "median_block_ns": statistics.median(statistics.median(
+                max(b[PHASE1][1] for b in tr) - blk[PHASE1][1] for blk in tr) for tr in per_call)}
+        phases["slots seen after the last publish (ns)"] = {
+            "median_block_ns": statistics.median(statistics.median(
+                blk[WAITED][1] - max(b[PHASE1][1] for b in tr) for blk in tr) for tr in per_call)}
     skew = statistics.median(max(blk[ENTRY][1] for blk in tr) - min(blk[ENTRY][1] for blk in tr)
                              for tr in per_call)
     span = statistics.median(max(blk[END][1] for blk in tr) - min(blk[ENTRY][1] for blk in tr)
@@ -192,8 +240,9 @@ def main(argv=None) -> int:
         for fmt, mode, batch in CASES:
             r = run_case(fmt, mode, batch, args.calls, gen)
             rows.append(r)
-            cells = "  ".join(f"{k} {v['median_block_cycles']:.0f}/{v['slowest_block_cycles']:.0f}"
-                              for k, v in r["phases"].items())
+            cells = "  ".join(
+                f"{k} " + "/".join(f"{x:.0f}" if isinstance(x, (int, float)) else "?"
+                                   for x in v.values()) for k, v in r["phases"].items())
             print(f"{fmt:5s} {mode:18s} {batch:9d} {r['variant']:7s} grid {r['grid']:4d}x"
                   f"{r['threads']:4d}  {cells}  skew {r['start_skew_ns']:.0f} ns  span "
                   f"{r['span_ns']:.0f} ns  exact={r['exact']}", flush=True)

@@ -324,8 +324,10 @@ def test_phase_trace_marks_every_traced_kernel():
             continue
         seen.add(p.code)
         text = phase_trace.traced(render(make_source(p.code)))
-        want = {"chunked": 5, "static": 4}[p.variant]  # marks, besides the definition
-        assert text.count("jitmeta_mark(") - 1 == want, p.code.name
+        marks, spans = {"chunked": (6, 3), "static": (4, 0)}[p.variant]
+        # call sites, besides the definitions
+        assert text.count("jitmeta_mark(") - 1 == marks, p.code.name
+        assert text.count("jitmeta_add(") - 1 == spans, p.code.name
         if p.variant == "chunked" and fmt == "smxx" and runs is None:
             assert compile_cubin(text, CompileOptions("sm_90")).cubin
     assert {c.variant for c in seen} == {"static", "chunked"}
