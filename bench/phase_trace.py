@@ -97,18 +97,17 @@ EDITS = [
     ("chunked", "                                    out, ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
     ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
      "{a}        jitmeta_mark(%d, true);\n" % WAITED),
-    ("chunked", "                emit_scanned(tile, kept, lo, n, cj, total, false, last, batch, mult, num_sms,\n"
-     "                             out, sc);\n",
-     "                unsigned long long jm_t = jitmeta_begin();\n{a}"
-     "                jitmeta_add(%d, jm_t);\n" % RESIDENT),
+    ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
+     "                         mult, num_sms, out, sc);\n",
+     "            unsigned long long jm_t = jitmeta_begin();\n{a}"
+     "            jitmeta_add(%d, jm_t);\n" % RESIDENT),
     ("chunked", "                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);\n"
-     "                __syncthreads();\n"
-     "                emit_tile(tile, lo, n, cj, total, false, last, batch, mult, num_sms, out, sc);\n",
+     "                __syncthreads();\n",
      "                unsigned long long jm_t = jitmeta_begin();\n"
      "                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);\n"
-     "                jm_t = jitmeta_add(%d, jm_t);\n"
-     "                emit_tile(tile, lo, n, cj, total, false, last, batch, mult, num_sms, out, sc);\n"
-     "                jitmeta_add(%d, jm_t);\n" % (RELOAD, REEMIT)),
+     "                jm_t = jitmeta_add(%d, jm_t);\n" % RELOAD),
+    ("chunked", "                emit_tile(tile, lo, n, cl, total, false, false, batch, mult, num_sms, out, sc);\n",
+     "{a}                jitmeta_add(%d, jm_t);\n" % REEMIT),
     ("static", "    Sched::load_tile(tile, context_lens, indices, 0u, batch, batch, next_n, mult);\n"
      "    __syncthreads();\n", "{a}    jitmeta_mark(%d, true);\n" % LOADED),
     ("static", "        const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);\n",

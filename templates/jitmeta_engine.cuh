@@ -686,10 +686,9 @@ struct Engine : F {
             mine = S::compose(mine, kept.block);
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
-        // Phase 2 walks this block's slab summaries in order: the last slab's is in
-        // registers (kept.block); each lane loads one of the others, 32 slabs at a time,
-        // the first 32 now, while the exchange runs (every one of them was written before
-        // a barrier, by this block).
+        // Phase 2 takes this block's slab summaries 32 at a time, one per lane (the last
+        // slab's is in registers: kept.block); the first 32 load now, while the exchange
+        // runs (every one of them was written before a barrier, by this block).
         const u32 lane = threadIdx.x & 31u;
         auto slab_group = [&](u32 m) {  // slabs j0 + m + lane, but the last
             const u32 jl = j0 + m + lane;
@@ -708,38 +707,45 @@ struct Engine : F {
 
         // Phase 2: the slabs holding an SM start (and the last slab of all). The one
         // still in shared memory first (it is scanned already), then the others,
-        // reloaded.
+        // reloaded. Which of those hold one, every warp finds out 32 slabs at a time, a
+        // slab per lane (a scan of their summaries and one ballot: no chain of
+        // dependent steps per slab), so the slabs holding none cost nothing.
         const Work total = F::work(all);
         Work q;
         u32 r;
         F::split_total(total, num_sms, &q, &r);
-        const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
-        S c = carry;
-        for (u32 k = 0; k < j1 - j0; ++k) {
-            const bool resident = k == 0;  // the slab still in shared memory first
-            const u32 j = resident ? j1 - 1u : j0 + k - 1u;
-            const S cj = resident ? carry_last : c;
-            S sj = kept.block;
-            if (!resident) {  // slab j0 + m; the group loaded holds slabs from m - m % 32 on
-                const u32 m = k - 1u;
-                if (m != 0u && m % 32u == 0u) group = slab_group(m);
-                sj = group.shfl((int)(m % 32u));
-                c = S::compose(c, sj);
-            }
-            const Work base = F::work(cj);
-            const Work end = F::work(S::compose(cj, sj));
+        // whether slab j, after `pre` and summarized by `sum`, is to be emitted
+        auto holds = [&](const S& pre, const S& sum, u32 j) {
+            const Work base = F::work(pre), end = F::work(S::compose(pre, sum));
             const u32 s = F::first_sm(base, q, r, num_sms);
-            const bool last = j + 1u == slabs;
-            if (!last && !(s <= num_sms && F::sm_start(s, q, r, num_sms) < end)) continue;
-            const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-            if (resident) {
-                emit_scanned(tile, kept, lo, n, cj, total, false, last, batch, mult, num_sms,
-                             out, sc);
-            } else {
+            return j + 1u == slabs || (s <= num_sms && F::sm_start(s, q, r, num_sms) < end);
+        };
+        const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
+        if (holds(carry_last, kept.block, j1 - 1u)) {
+            const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
+            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,
+                         mult, num_sms, out, sc);
+        }
+        S c = carry;  // every slab before j0 + m
+        for (u32 m = 0; m + 1u < j1 - j0; m += 32u) {
+            if (m != 0u) group = slab_group(m);
+            const S inc = warp_inclusive_scan(group);
+            S exc = inc.shfl_up(1);
+            if (lane == 0u) exc = S::identity();
+            const S pre = S::compose(c, exc);  // every slab before j0 + m + lane
+            const u32 jl = j0 + m + lane;
+            u32 todo = __ballot_sync(0xffffffffu, jl + 1u < j1 && holds(pre, group, jl));
+            c = S::compose(c, inc.shfl(31));
+            while (todo != 0u) {  // the same in every warp: uniform
+                const u32 l = __ffs(todo) - 1u;
+                todo &= todo - 1u;
+                const S cl = pre.shfl((int)l);
+                const u32 j = j0 + m + l, lo = j * CHUNK, n = min(CHUNK, batch - lo);
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
                 __syncthreads();
-                emit_tile(tile, lo, n, cj, total, false, last, batch, mult, num_sms, out, sc);
+                // (not the last slab of all: that one is its block's last)
+                emit_tile(tile, lo, n, cl, total, false, false, batch, mult, num_sms, out, sc);
             }
         }
     }

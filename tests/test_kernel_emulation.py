@@ -371,7 +371,12 @@ MUTANTS = [
     ("blocks do not wait for each other", [(r"if \(ready\) return v;", "return v;")],
      ("chunked",), ("dense", "varlen")),
 
-    ("a slab that is not resident is not reloaded", [(r"if \(resident\) \{", "if (true) {")],
+    ("a slab that is not resident is not reloaded",
+     [(r"load_tile\(tile, ctx, idx, lo, n, batch, next_n, mult\);\n(\s*)__syncthreads\(\);\n"
+       r"(\s*)// \(not the last", r"__syncthreads();\n\2// (not the last")],
+     ("chunked",), ("dense", "varlen")),
+    ("phase 2 drops the slabs before a reloaded one in its group",
+     [(r"const S pre = S::compose\(c, exc\);", "const S pre = c;")],
      ("chunked",), ("dense", "varlen")),
 ]
 
