@@ -10,8 +10,10 @@ start to the last block's end. The barriers the marks add cost a little; the fig
 say where the time goes, not what a call costs (bench/benchmark_metadata.py does).
 
 Marks (chunked): entry (after the dependency wait), each stored slab loaded (the
-last one's kept), phase 1 done (before the block publishes its slot), the exchange
-done (carry known), end. Static: entry, tile loaded, tile scanned, end.
+last one's kept), phase 1 done (before the block publishes its slot), every slot seen,
+the exchange done (carry known), end; and, summed per block over phase 2, the resident
+slab's rows, the reloads of stored slabs and their rows, and the reloaded parts of
+register slabs with their rows. Static: entry, tile loaded, tile scanned, end.
 
     python bench/phase_trace.py [--out DIR] [--calls N]
 
@@ -41,8 +43,9 @@ import records  # noqa: E402
 MARKS = 16  # slots per block
 ENTRY, LOADED, PHASE1, EXCHANGED, END, SCANNED, WAITED = 0, 1, 2, 3, 4, 5, 6
 # accumulated spans of phase 2 (cycles summed over a call, and how many)
-RESIDENT, RELOAD, REEMIT = 8, 9, 10
-SPANS = ((RESIDENT, "resident slab rows"), (RELOAD, "reloads"), (REEMIT, "reloaded rows"))
+RESIDENT, RELOAD, REEMIT, PARTS = 8, 9, 10, 11
+SPANS = ((RESIDENT, "resident slab rows"), (RELOAD, "reloads"), (REEMIT, "reloaded rows"),
+         (PARTS, "register slab parts"))
 CASES = [  # (format, mode, batch)
     ("smxx", "varlen/runs=1..16", 8192), ("sm100", "varlen/runs=1..16", 8192),
     ("smxx", "next_n=1", 8192),
@@ -108,6 +111,9 @@ EDITS = [
      "                jm_t = jitmeta_add(%d, jm_t);\n" % RELOAD),
     ("chunked", "                emit_tile(tile, lo, n, cl, total, false, false, batch, mult, num_sms, out, sc);\n",
      "{a}                jitmeta_add(%d, jm_t);\n" % REEMIT),
+    ("chunked", "                        emit_parts(j, cl);\n",
+     "                        unsigned long long jm_t = jitmeta_begin();\n{a}"
+     "                        jitmeta_add(%d, jm_t);\n" % PARTS),
     ("static", "    Sched::load_tile(tile, context_lens, indices, 0u, batch, batch, next_n, mult);\n"
      "    __syncthreads();\n", "{a}    jitmeta_mark(%d, true);\n" % LOADED),
     ("static", "        const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);\n",
@@ -183,7 +189,11 @@ def run_case(fmt: str, mode: str, batch: int, calls: int, gen) -> dict:
         jitmeta.get_paged_mqa_logits_metadata(ctx, bm.BLOCK_KV, bm.NUM_SMS, idx, out=out,
                                               schedule=fmt)
         torch.cuda.synchronize()
-        per_call.append(read_trace(module, p.grid))
+        tr = read_trace(module, p.grid)
+        for blk in tr:  # a block summing every slab in registers stores none: its
+            if blk[LOADED][0] == 0:  # loads are all of phase 1
+                blk[LOADED] = blk[PHASE1]
+        per_call.append(tr)
     exact = exact and torch.equal(out, want)
     phases = {}
     for name, a, b in phases_of(p.variant):

@@ -268,6 +268,7 @@ struct Engine : F {
         Work q;
         u32 r, num_sms, s;
         Work x;  // sm_start(s), or ~0 once s > num_sms
+        bool queue;  // may queue (the whole block drains the queue after a barrier)
 
         __device__ __forceinline__ void seek(u32 sm) {
             s = sm;
@@ -279,7 +280,8 @@ struct Engine : F {
         // The rows of the SMs starting in [acc, hi): first and div as F::row takes them.
         __device__ __forceinline__ void place(Work acc, Work hi, int first, u32 div) {
             const u32 after = s + kQueueAfter;
-            if (kQueueCap != 0 && after <= num_sms && F::sm_start(after, q, r, num_sms) < hi) {
+            if (kQueueCap != 0 && queue && after <= num_sms &&
+                F::sm_start(after, q, r, num_sms) < hi) {
                 const u32 s_hi = F::first_sm(hi, q, r, num_sms);
                 const u32 k = atomicAdd(queue_count(*sc), 1u);
                 if (k < kQueueCap) {
@@ -374,6 +376,7 @@ struct Engine : F {
         p.rows = reinterpret_cast<int2*>(out);
         p.sc = &sc;
         p.num_sms = num_sms;
+        p.queue = true;
         F::split_total(total, num_sms, &p.q, &p.r);
         p.seek(F::first_sm(F::work(before), p.q, p.r, num_sms));
         F::walk(tile, t, lo, before, mult, p);
@@ -411,6 +414,9 @@ struct Engine : F {
     //                            summary field, (tag << 32) | field, tag = epoch + 1
     //                            once published
     //   [kSlabBase, ...)         summary of every slab, sizeof(S) / 4 words each
+    //   [part_base(slabs), ...)  register slabs (kRegSlabs): the summary of each warp's
+    //                            part of every slab, [slab][warp] (written only for the
+    //                            slabs summarized in registers)
     // A launch reads the epoch, publishes its slot with tag epoch + 1 and waits for that
     // tag in every field of every slot; block 0 advances the epoch once it has seen them
     // all (so every block has read it). Each 64-bit word is written and read whole
@@ -427,6 +433,13 @@ struct Engine : F {
     static_assert(sizeof(S) % 4 == 0, "a summary is a whole number of 32-bit fields");
     static_assert(2 * kFields <= kSlotWords, "a slot holds one 64-bit word per field");
     static_assert(kSlabBase % 2 == 0, "slab summaries (64-bit fields) stay 8-byte aligned");
+
+    // Where the part summaries of register slabs start: after the slab summaries, from
+    // an even word (8-byte fields).
+    __device__ __forceinline__ static u32 part_base(u32 slabs) {
+        const u32 end = kSlabBase + slabs * kFields;
+        return end + (end & 1u);
+    }
 
     __device__ __forceinline__ static u32* slot_of(u32* ws, u32 g) {
         return ws + kSlotBase + kSlotWords * g;
@@ -492,12 +505,14 @@ struct Engine : F {
         return (addr & 15u) == 0u && (VARLEN || next_n == 1u);
     }
 
-    // Issues the loads of a register slab [lo, lo + 8 * THREADS) (not the batch's last:
-    // the token after it exists).
+    // Issues the loads of position `pos` of a register slab [lo, lo + 8 * THREADS) (not
+    // the batch's last: the token after it exists): elements [lo + 8 pos, lo + 8 pos + 8).
+    // Positions are those of the threads of whole warps: a lane's neighbours hold the
+    // next and the previous 8.
     __device__ __forceinline__ static void reg_fetch(RegFetched& f, const int* __restrict__ ctx,
                                                      const int* __restrict__ idx, u32 lo,
-                                                     u32 batch) {
-        const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
+                                                     u32 batch, u32 pos) {
+        const u32 lane = threadIdx.x & 31u, e0 = lo + pos * 8u;
         if constexpr (VARLEN) {
             const int4* pc = reinterpret_cast<const int4*>(ctx + e0);
             const int4* pi = reinterpret_cast<const int4*>(idx + e0);
@@ -516,26 +531,18 @@ struct Engine : F {
         }
     }
 
-    // This thread's 8 elements of a fetched register slab, unpacked (waiting for the
-    // loads, so that the buffer can take the next slab's): dense, the sum of their
-    // words; varlen, their packed words and the word after them.
-    struct RegWords {
-        u32 w[VARLEN ? 9 : 1];
-        u64 sum;
-    };
-
-    __device__ __forceinline__ static void reg_unpack(const RegFetched& f, u32 lo, u32 mult,
-                                                      RegWords& r) {
-        const u32 lane = threadIdx.x & 31u, e0 = lo + threadIdx.x * 8u;
+    // The 8 tile words of position `pos` of a fetched register slab and, varlen, the
+    // word after them (waiting for the loads).
+    __device__ __forceinline__ static void reg_words(const RegFetched& f, u32 lo, u32 pos,
+                                                     u32 mult, u32 (&w)[9]) {
+        const u32 lane = threadIdx.x & 31u, e0 = lo + pos * 8u;
+        const int c[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w,
+                          f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
         if constexpr (!VARLEN) {
-            const int4 a = f.v[0], b = f.v[1];
-            const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            r.sum = 0;
 #pragma unroll
-            for (u32 k = 0; k < 8u; ++k) r.sum += F::dense_word(w[k], mult);
+            for (u32 k = 0; k < 8u; ++k) w[k] = F::dense_word(c[k], mult);
+            w[8] = 0u;
         } else {
-            const int c[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w,
-                              f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
             const int id[8] = {f.v[2].x, f.v[2].y, f.v[2].z, f.v[2].w,
                                f.v[3].x, f.v[3].y, f.v[3].z, f.v[3].w};
             int pid = __shfl_up_sync(0xffffffffu, id[7], 1);
@@ -548,21 +555,55 @@ struct Engine : F {
             }
 #pragma unroll
             for (u32 k = 0; k < 8u; ++k)
-                r.w[k] = varlen_word(c[k], id[k], k ? id[k - 1u] : pid, e0 + k);
-            r.w[8] = varlen_word(nc, nid, id[7], e0 + 8u);
+                w[k] = varlen_word(c[k], id[k], k ? id[k - 1u] : pid, e0 + k);
+            w[8] = varlen_word(nc, nid, id[7], e0 + 8u);
         }
     }
 
-    // The summary of unpacked elements (slab offset lo).
+    // The summary of the 8 words of position `pos` (w[8]: the word after them).
+    __device__ __forceinline__ static S fold_words(const u32 (&w)[9], u32 lo, u32 pos,
+                                                   u32 mult) {
+        if constexpr (!VARLEN) {
+            u64 sum = 0;
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k) sum += w[k];
+            return F::dense_summary(sum, mult);
+        } else {
+            const u32 e0 = lo + pos * 8u;
+            S s = S::identity();
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k) F::step(s, w[k], w[k + 1u], e0 + k);
+            return s;
+        }
+    }
+
+    // This thread's 8 elements of a fetched register slab, unpacked (waiting for the
+    // loads, so that the buffer can take the next slab's): dense, the sum of their
+    // words; varlen, their packed words and the word after them.
+    struct RegWords {
+        u32 w[VARLEN ? 9 : 1];
+        u64 sum;
+    };
+
+    __device__ __forceinline__ static void reg_unpack(const RegFetched& f, u32 lo, u32 mult,
+                                                      RegWords& r) {
+        if constexpr (!VARLEN) {
+            const int4 a = f.v[0], b = f.v[1];
+            const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            r.sum = 0;
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k) r.sum += F::dense_word(w[k], mult);
+        } else {
+            reg_words(f, lo, threadIdx.x, mult, r.w);
+        }
+    }
+
+    // The summary of this thread's unpacked elements (slab offset lo).
     __device__ __forceinline__ static S reg_fold(const RegWords& r, u32 lo, u32 mult) {
         if constexpr (!VARLEN) {
             return F::dense_summary(r.sum, mult);
         } else {
-            const u32 e0 = lo + threadIdx.x * 8u;
-            S s = S::identity();
-#pragma unroll
-            for (u32 k = 0; k < 8u; ++k) F::step(s, r.w[k], r.w[k + 1u], e0 + k);
-            return s;
+            return fold_words(r.w, lo, threadIdx.x, mult);
         }
     }
 
@@ -601,40 +642,48 @@ struct Engine : F {
         const u32 j0 = min(slabs, g * per), j1 = min(slabs, j0 + per);
         const u32 epoch = *static_cast<volatile u32*>(ws);
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
+        S* parts = reinterpret_cast<S*>(ws + part_base(slabs));  // [slab][warp] (registers)
 
-        // Phase 1. The last slab stays in shared memory, scanned, for phase 2; the others
-        // are summarized in registers when they can be (kRegSlabs, above), else stored
-        // and scanned. When a slab is one round of loads, the next slab's loads are in
-        // flight while this one is summarized.
+        // Phase 1. Slabs are summarized in registers when they can be (kRegSlabs,
+        // above): every slab of the block when its last one is not the batch's last
+        // (full, and the token after it exists), else every slab but the last; the
+        // others are stored and scanned, and the last one stays in shared memory,
+        // scanned, for phase 2. When a slab is one round of loads, the next slab's loads
+        // are in flight while this one is summarized.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
         constexpr bool kRegs = kRegSlabs<CHUNK>;
         const bool regs = kRegs && reg_capable(ctx, idx, next_n);
+        const bool all_regs = regs && j1 < slabs;  // no slab stays in shared memory
+        const u32 jr = all_regs ? j1 : j1 - 1u;    // slabs [j0, jr) leave shared memory
+        const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
         S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
         u32 j = j0;
         if constexpr (kRegs) {
-            if (regs && j0 + 1u < j1) {  // every slab but the block's last
+            if (regs && j0 < jr) {
                 constexpr u32 G = kRegGroup<CHUNK>;
                 static_assert(G != 0u, "a group of register slabs fits the tile");
                 u32* slots = tile;                        // [G][kWarps] warp summaries
                 u32* sums = tile + G * kWarps * kFields;  // [G] slab summaries
-                const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
                 // kDepth slabs of loads in flight per thread (dense words are few)
                 constexpr u32 kDepth = VARLEN ? 1u : 2u;
                 RegFetched rf[kDepth];  // indexed by unrolled constants only: registers
 #pragma unroll
                 for (u32 d = 0; d < kDepth; ++d)
-                    if (j0 + d + 1u < j1) reg_fetch(rf[d], ctx, idx, (j0 + d) * CHUNK, batch);
+                    if (j0 + d < jr) reg_fetch(rf[d], ctx, idx, (j0 + d) * CHUNK, batch, threadIdx.x);
                 // slab j, whose loads are in rf[d]
                 auto summarize = [&](RegFetched& f, u32 j) {
                     RegWords words;
                     reg_unpack(f, j * CHUNK, mult, words);
-                    if (j + kDepth + 1u < j1)
-                        reg_fetch(f, ctx, idx, (j + kDepth) * CHUNK, batch);
+                    if (j + kDepth < jr)
+                        reg_fetch(f, ctx, idx, (j + kDepth) * CHUNK, batch, threadIdx.x);
                     const S part = warp_total(reg_fold(words, j * CHUNK, mult));
                     const u32 k = (j - j0) % G;  // this slab's place in its group
-                    if (lane == 0u) put(slots + (k * kWarps + warp) * kFields, part);
-                    if (k + 1u == G || j + 2u == j1) {  // the group is summarized: compose it
+                    if (lane == 0u) {  // the warp's part: for the group, and for phase 2
+                        put(slots + (k * kWarps + warp) * kFields, part);
+                        parts[j * kWarps + warp] = part;
+                    }
+                    if (k + 1u == G || j + 1u == jr) {  // the group is summarized: compose it
                         const u32 count = k + 1u, first = j - k;
                         __syncthreads();
                         for (u32 m = warp; m < count; m += kWarps) {  // slab m: warp by warp
@@ -654,10 +703,10 @@ struct Engine : F {
                         }
                     }
                 };
-                while (j + 1u < j1) {
+                while (j < jr) {
 #pragma unroll
                     for (u32 d = 0; d < kDepth; ++d) {
-                        if (j + 1u < j1) summarize(rf[d], j++);
+                        if (j < jr) summarize(rf[d], j++);
                     }
                 }
                 // every thread gets `mine`; warp 0 is done with the tile after the barrier
@@ -686,13 +735,13 @@ struct Engine : F {
             mine = S::compose(mine, kept.block);
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
-        // Phase 2 takes this block's slab summaries 32 at a time, one per lane (the last
-        // slab's is in registers: kept.block); the first 32 load now, while the exchange
-        // runs (every one of them was written before a barrier, by this block).
-        const u32 lane = threadIdx.x & 31u;
-        auto slab_group = [&](u32 m) {  // slabs j0 + m + lane, but the last
+        // Phase 2 takes the summaries of this block's slabs [j0, jr) 32 at a time, one
+        // per lane (a resident slab's is in registers: kept.block); the first 32 load
+        // now, while the exchange runs (every one of them was written before a barrier,
+        // by this block).
+        auto slab_group = [&](u32 m) {  // slabs j0 + m + lane
             const u32 jl = j0 + m + lane;
-            return jl + 1u < j1 ? slab_sums[jl] : S::identity();
+            return jl < jr ? slab_sums[jl] : S::identity();
         };
         S group = slab_group(0u);
 
@@ -706,45 +755,104 @@ struct Engine : F {
         if (j0 == j1) return;
 
         // Phase 2: the slabs holding an SM start (and the last slab of all). The one
-        // still in shared memory first (it is scanned already), then the others,
-        // reloaded. Which of those hold one, every warp finds out 32 slabs at a time, a
-        // slab per lane (a scan of their summaries and one ballot: no chain of
-        // dependent steps per slab), so the slabs holding none cost nothing.
+        // still in shared memory first (it is scanned already), then the others. Which
+        // of those hold one, every warp finds out 32 slabs at a time, a slab per lane (a
+        // scan of their summaries and one ballot: no chain of dependent steps per slab),
+        // so the slabs holding none cost nothing. A slab summarized in registers left a
+        // summary per warp part: only the parts holding a start are loaded again
+        // (emit_parts); a stored slab is reloaded whole and scanned again.
         const Work total = F::work(all);
         Work q;
         u32 r;
         F::split_total(total, num_sms, &q, &r);
-        // whether slab j, after `pre` and summarized by `sum`, is to be emitted
-        auto holds = [&](const S& pre, const S& sum, u32 j) {
+        // whether an SM starts in a unit of work `sum` after `pre`
+        auto starts_in = [&](const S& pre, const S& sum) {
             const Work base = F::work(pre), end = F::work(S::compose(pre, sum));
             const u32 s = F::first_sm(base, q, r, num_sms);
-            return j + 1u == slabs || (s <= num_sms && F::sm_start(s, q, r, num_sms) < end);
+            return s <= num_sms && F::sm_start(s, q, r, num_sms) < end;
         };
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
-        if (holds(carry_last, kept.block, j1 - 1u)) {
+        if (!all_regs && (j1 == slabs || starts_in(carry_last, kept.block))) {
             const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
             emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,
                          mult, num_sms, out, sc);
         }
+        // The rows of register slab j (`pre`: every slab before it). Its parts holding a
+        // start, found as the slabs are, go one to a warp: the warp loads its 256
+        // elements again (16-byte loads), writes their words into a region of the tile
+        // of its own and walks them there (no queue: no block barrier).
+        auto emit_parts = [&](u32 j, const S& pre) {
+            constexpr u32 kRegion = tile_words(32u * 8u);
+            constexpr u32 kRegions = tile_alloc(tile_words(CHUNK)) / kRegion < kWarps
+                                         ? tile_alloc(tile_words(CHUNK)) / kRegion : kWarps;
+            static_assert(!kRegs || kRegions != 0u, "a warp's region fits the tile");
+            const S part = lane < kWarps ? parts[j * kWarps + lane] : S::identity();
+            const S inc = warp_inclusive_scan(part);
+            S exc = inc.shfl_up(1);
+            if (lane == 0u) exc = S::identity();
+            const S ppre = S::compose(pre, exc);  // every part before this lane's
+            const u32 todo = __ballot_sync(0xffffffffu, lane < kWarps && starts_in(ppre, part));
+            __syncthreads();  // every thread is done with the tile
+            if (warp >= kRegions) return;
+            u32* region = tile + warp * kRegion;
+            const u32 count = __popc(todo);
+            for (u32 rank = warp; rank < count; rank += kRegions) {
+                u32 m = todo;  // the part: the rank-th set bit
+                for (u32 i = 0; i < rank; ++i) m &= m - 1u;
+                const u32 pt = __ffs(m) - 1u, pos = pt * 32u + lane, lo = j * CHUNK;
+                RegFetched f;
+                reg_fetch(f, ctx, idx, lo, batch, pos);
+                u32 w[9];
+                reg_words(f, lo, pos, mult, w);
+                const S sw = fold_words(w, lo, pos, mult);
+                const S winc = warp_inclusive_scan(sw);
+                S wexc = winc.shfl_up(1);
+                if (lane == 0u) wexc = S::identity();
+                const S before = S::compose(ppre.shfl((int)pt), wexc);
+#pragma unroll
+                for (u32 k = 0; k < 8u; ++k) region[pad(8u * lane + k)] = w[k];
+                if (VARLEN && lane == 31u) region[pad(256u)] = w[8];
+                __syncwarp();
+                Scanned<S> t{};
+                t.b = 8u * lane;
+                t.end = t.b + 8u;
+                Placer pl;
+                pl.rows = reinterpret_cast<int2*>(out);
+                pl.sc = &sc;
+                pl.q = q;
+                pl.r = r;
+                pl.num_sms = num_sms;
+                pl.queue = false;
+                pl.seek(F::first_sm(F::work(before), q, r, num_sms));
+                F::walk(region, t, lo + pt * 256u, before, mult, pl);
+                __syncwarp();  // the region takes this warp's next part
+            }
+        };
         S c = carry;  // every slab before j0 + m
-        for (u32 m = 0; m + 1u < j1 - j0; m += 32u) {
+        for (u32 m = 0; j0 + m < jr; m += 32u) {
             if (m != 0u) group = slab_group(m);
             const S inc = warp_inclusive_scan(group);
             S exc = inc.shfl_up(1);
             if (lane == 0u) exc = S::identity();
             const S pre = S::compose(c, exc);  // every slab before j0 + m + lane
             const u32 jl = j0 + m + lane;
-            u32 todo = __ballot_sync(0xffffffffu, jl + 1u < j1 && holds(pre, group, jl));
+            // (never the last slab of all: that one is its block's last, never in [j0, jr))
+            u32 todo = __ballot_sync(0xffffffffu, jl < jr && starts_in(pre, group));
             c = S::compose(c, inc.shfl(31));
             while (todo != 0u) {  // the same in every warp: uniform
                 const u32 l = __ffs(todo) - 1u;
                 todo &= todo - 1u;
                 const S cl = pre.shfl((int)l);
                 const u32 j = j0 + m + l, lo = j * CHUNK, n = min(CHUNK, batch - lo);
+                if constexpr (kRegs) {
+                    if (regs) {  // uniform
+                        emit_parts(j, cl);
+                        continue;
+                    }
+                }
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
                 __syncthreads();
-                // (not the last slab of all: that one is its block's last)
                 emit_tile(tile, lo, n, cl, total, false, false, batch, mult, num_sms, out, sc);
             }
         }

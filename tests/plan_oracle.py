@@ -62,9 +62,15 @@ def chunked_bytes(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
     return static_bytes(chunk, threads, varlen, reserved)
 
 
-def workspace(batch: int, chunk: int, varlen: bool) -> int:
-    """Words of the chunked workspace: epoch, 1024 slots, one summary per slab."""
-    return EPOCH + SLOT * MAX_BLOCKS + -(-batch // chunk) * summary_bytes(varlen) // 4
+def workspace(batch: int, chunk: int, varlen: bool, threads: int = 0) -> int:
+    """Words of the chunked workspace: epoch, 1024 slots, one summary per slab; slabs
+    of 8 elements per thread also keep one summary per warp of 32 threads and slab,
+    starting at an even word."""
+    slabs = -(-batch // chunk)
+    words = EPOCH + SLOT * MAX_BLOCKS + slabs * summary_bytes(varlen) // 4
+    if threads and chunk == 8 * threads:
+        words += words % 2 + slabs * (threads // 32) * summary_bytes(varlen) // 4
+    return words
 
 
 # --- the decisions ----------------------------------------------------------------------

@@ -372,8 +372,8 @@ MUTANTS = [
      ("chunked",), ("dense", "varlen")),
 
     ("a slab that is not resident is not reloaded",
-     [(r"load_tile\(tile, ctx, idx, lo, n, batch, next_n, mult\);\n(\s*)__syncthreads\(\);\n"
-       r"(\s*)// \(not the last", r"__syncthreads();\n\2// (not the last")],
+     [(r"__syncthreads\(\);  // every thread is done with the slab in the tile\n(\s*)"
+       r"load_tile\(tile, ctx, idx, lo, n, batch, next_n, mult\);", "__syncthreads();")],
      ("chunked",), ("dense", "varlen")),
     ("phase 2 drops the slabs before a reloaded one in its group",
      [(r"const S pre = S::compose\(c, exc\);", "const S pre = c;")],
@@ -406,6 +406,47 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
                                 f"'{name}' edits ({edits[0][0]!r}): update MUTANTS")
                 cases.append(dataclasses.replace(case, source=broken))
     # the same cases pass unbroken
+    check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
+    assert_mutant_caught(name, cases)
+
+
+# Register slabs (8 elements per thread, aligned inputs): phase 2 reloads only the warp
+# parts of a slab that hold an SM start.
+REGISTER_MUTANTS = [
+    ("a part's rows start from its slab's carry",
+     [(r"const S before = S::compose\(ppre\.shfl\(\(int\)pt\), wexc\);",
+       "const S before = S::compose(pre, wexc);")]),
+    ("a part's lanes all start from the part's carry",
+     [(r"const S before = S::compose\(ppre\.shfl\(\(int\)pt\), wexc\);",
+       "const S before = ppre.shfl((int)pt);")]),
+    ("the parts of a slab are not stored",
+     [(r"parts\[j \* kWarps \+ warp\] = part;", "")]),
+    ("only the first part holding a start is reloaded",
+     [(r"const u32 count = __popc\(todo\);", "const u32 count = todo != 0u;")]),
+    ("a part's last lane reads no halo word",
+     [(r"if \(VARLEN && lane == 31u\) region\[pad\(256u\)\] = w\[8\];", "")]),
+]
+
+
+@pytest.mark.parametrize("name,edits", REGISTER_MUTANTS, ids=[m[0] for m in REGISTER_MUTANTS])
+def test_broken_register_slab_kernel_is_caught(name, edits):
+    rng, g = rngs("register mutant", name)
+    cases = []
+    for i in range(8):
+        varlen = i % 4 >= 2
+        schedule = ("smxx", "sm90", "sm100")[i % 3]
+        threads = (64, 128)[i % 2]  # slabs of 2 or 4 warp parts
+        chunk = 8 * threads
+        batch = rng.randint(2, 5) * chunk - rng.choice((0, rng.randint(1, chunk - 1)))
+        base = make_case(rng, g, "chunked", varlen, schedule, batch, threads=threads,
+                         chunk=chunk, sm_count=132, misalign=0,
+                         num_sms=rng.choice((132, batch + 7, batch + 7)))
+        p = dataclasses.replace(base.plan, grid=rng.choice((1, 2)))
+        broken = mutate(render(p.code), edits)
+        if broken is None:
+            pytest.fail(f"the kernel source no longer contains the code mutant '{name}' "
+                        f"edits ({edits[0][0]!r}): update REGISTER_MUTANTS")
+        cases.append(dataclasses.replace(base, plan=p, source=broken))
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases)
 

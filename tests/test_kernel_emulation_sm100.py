@@ -336,8 +336,8 @@ MUTANTS = [
      [(r"tile\[pad\(n\)\] = e < batch \?", "if (false) tile[pad(n)] = e < batch ?")],
      ("static", "chunked"), ("varlen",)),
     ("a slab that is not resident is not reloaded",
-     [(r"load_tile\(tile, ctx, idx, lo, n, batch, next_n, mult\);\n(\s*)__syncthreads\(\);\n"
-       r"(\s*)// \(not the last", r"__syncthreads();\n\2// (not the last")],
+     [(r"__syncthreads\(\);  // every thread is done with the slab in the tile\n(\s*)"
+       r"load_tile\(tile, ctx, idx, lo, n, batch, next_n, mult\);", "__syncthreads();")],
      ("chunked",), ("dense", "varlen")),
     ("dense requests credited once, not next_n times",
      [(r"const u64 hi = acc \+ \(u64\)tile\[pad\(i\)\] \* next_n;",

@@ -207,6 +207,11 @@ def test_workspace_words_by_hand():
     assert workspace_words(2**24 + 1, 8192, LAYOUT[True]) == 4 + 8192 + 2049 * 4 == 16392
     # 2**26 varlen tokens: 8192 slabs -> 4 + 8192 + 32768 = 40964 words, under 1 << 16
     assert workspace_words(2**26, 8192, LAYOUT[True]) == 40964 < 1 << 16
+    # slabs summed in registers (8 elements per thread) add a summary per warp and slab
+    # from an even word: 8197 is odd, so one word of padding
+    assert workspace_words(1, 8192, LAYOUT[False], 1024) == 8197 + 1 + 32 == 8230
+    assert workspace_words(1, 8192, LAYOUT[False], 512) == 8197  # 16 per thread
+    assert workspace_words(2**24, 8192, LAYOUT[True], 1024) == 16388 + 2048 * 32 * 4
 
 
 def test_static_threads_by_hand():
@@ -282,8 +287,10 @@ def test_formulas_equal_the_oracle():
         for chunk in (32, 1024, 2048, 4096, 8192):
             for varlen in (False, True):
                 if n:
-                    assert workspace_words(n, chunk, LAYOUT[varlen]) \
-                        == O.workspace(n, chunk, varlen), f"{SEED_NOTE}: n {n} chunk {chunk}"
+                    for t in (0, 128, 256, 1024):
+                        assert workspace_words(n, chunk, LAYOUT[varlen], t) \
+                            == O.workspace(n, chunk, varlen, t), \
+                            f"{SEED_NOTE}: n {n} chunk {chunk} threads {t}"
                 for sms in (1, 78, 132, 2000):
                     for t in (32, 256, 1024):
                         if n:
@@ -297,8 +304,13 @@ def test_family_workspace_words_of_a_plan():
     lim = limits_for_arch("sm_90")
     for batch, varlen in ((100, False), (70000, False), (70000, True), (2**24, True)):
         p = run_plan(batch, lim, varlen, knobs=Knobs())
-        want = O.workspace(batch, p.code.capacity, varlen) if p.variant == "chunked" else 0
+        want = (O.workspace(batch, p.code.capacity, varlen, p.code.threads)
+                if p.variant == "chunked" else 0)
         assert kernels.workspace_words(p) == want, (batch, varlen)
+    # 2^24 varlen: 2048 slabs of 8192 at 1024 threads (8 per thread: summed in
+    # registers) -> 4 + 8192 + 2048 * 4 = 16388 words, then 2048 * 32 warps * 4
+    assert kernels.workspace_words(run_plan(2**24, lim, True, knobs=Knobs())) \
+        == 16388 + 2048 * 32 * 4 == 278532
     # 70000 varlen: 69 slabs of 1024 -> 4 + 8192 + 69 * 4 = 8472 words
     assert kernels.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) == 8472
     dyn = run_plan(9000, lim, knobs=Knobs.from_values(JITMETA_VARIANT="dynamic"))

@@ -43,7 +43,7 @@ TEMPLATE = paged_mqa.TEMPLATE
 RENDER_VARS = {"code_name", "variant", "varlen", "schedule", "split_kv", "threads",
                "capacity", "rows_are_tokens", "format_type", "summary_bytes",
                "scratch_bytes", "slot_words", "max_grid", "epoch_words", "tile_words",
-               "headers"}
+               "register_slabs", "headers"}
 # the engine, then the atom formats' header, inserted verbatim in this order
 HEADERS = (paged_mqa.ENGINE_HEADER, paged_mqa.FAMILY.header)
 
@@ -289,6 +289,8 @@ def test_source_parameters_are_the_planners_numbers():
         assert params["tile_words"] == O.tile_words(code.capacity)
         assert (params["slot_words"], params["max_grid"], params["epoch_words"]) \
             == (O.SLOT, O.MAX_BLOCKS, O.EPOCH)
+        assert params["register_slabs"] == (code.variant == "chunked"
+                                            and code.capacity == 8 * code.threads)
         # the atom formats: rows are atoms; the C++ format type carries the code
         assert params["rows_are_tokens"] is False
         assert params["format_type"] == (

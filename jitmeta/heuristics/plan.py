@@ -36,7 +36,8 @@ __all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_bat
            "smem_static", "smem_dynamic", "smem_chunked", "smem_scratch", "tile_words",
            "static_threads", "slab_threads",
            "VARIANTS", "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK",
-           "SLAB_SIZES", "MAX_GRID", "EPOCH_WORDS", "workspace_words", "chunked_grid"]
+           "SLAB_SIZES", "MAX_GRID", "EPOCH_WORDS", "REG_PER_THREAD", "register_slabs",
+           "workspace_words", "chunked_grid"]
 
 VARIANTS = ("static", "dynamic", "chunked")
 MIN_STATIC_CAPACITY = 1024
@@ -45,6 +46,7 @@ DEFAULT_CHUNK = 8192
 SLAB_SIZES = (1024, 2048, 4096)  # smaller chunked slabs, while one per block suffices
 MAX_GRID = 1024     # blocks of a chunked launch at most
 EPOCH_WORDS = 4     # workspace words before the first slot (the epoch, padded)
+REG_PER_THREAD = 8  # elements per thread of a chunked slab summed in registers
 WORD = 4  # bytes per element held in shared memory (one uint32 word)
 
 
@@ -126,12 +128,24 @@ def chunked_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
     return -(-slabs // per)
 
 
-def workspace_words(batch: int, chunk: int, layout: TileLayout) -> int:
+def register_slabs(chunk: int, threads: int) -> bool:
+    """Whether a chunked kernel of ``chunk``-element slabs at ``threads`` threads sums
+    slabs in registers (REG_PER_THREAD elements per thread), and so keeps a summary per
+    warp and slab in its workspace."""
+    return chunk == REG_PER_THREAD * threads
+
+
+def workspace_words(batch: int, chunk: int, layout: TileLayout, threads: int = 0) -> int:
     """uint32 words of the chunked workspace: the epoch (EPOCH_WORDS words), a slot for
-    each of up to MAX_GRID blocks and one summary per slab (the kernel's layout, and why
-    the slots never move, are described in its header)."""
-    return (EPOCH_WORDS + layout.slot_words * MAX_GRID
-            + -(-batch // chunk) * layout.summary_bytes // WORD)
+    each of up to MAX_GRID blocks, one summary per slab and, when the slabs are summed
+    in registers at ``threads`` threads (:func:`register_slabs`), one per warp and slab
+    after them, from an even word (the kernel's layout, and why the slots never move,
+    are described in its header)."""
+    slabs = -(-batch // chunk)
+    words = EPOCH_WORDS + layout.slot_words * MAX_GRID + slabs * layout.summary_bytes // WORD
+    if threads and register_slabs(chunk, threads):
+        words += words % 2 + slabs * (threads // 32) * layout.summary_bytes // WORD
+    return words
 
 
 @dataclass(frozen=True)

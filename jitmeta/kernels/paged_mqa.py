@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..envs import Knobs
 from ..heuristics.arch import DeviceLimits
 from ..heuristics.plan import (EPOCH_WORDS, MAX_GRID, CodeSpec, Plan, TileLayout,
+                               register_slabs,
                                codes_for_batches as _codes, plan as _plan, smem_scratch,
                                workspace_words as _ws_words)
 from ..jit.source import POINTER, UINT32, KernelSource
@@ -84,6 +85,8 @@ class TileScheduleFamily:
             "scratch_bytes": smem_scratch(code.threads, lay),
             "slot_words": lay.slot_words, "max_grid": MAX_GRID,
             "epoch_words": EPOCH_WORDS, "tile_words": lay.tile_alloc_words(code.capacity),
+            "register_slabs": code.variant == "chunked"
+            and register_slabs(code.capacity, code.threads),
         }
         describe = {k: getattr(code, k) for k in code.__dataclass_fields__}
         return KernelSource.make(family=self.name, name=code.name, template=TEMPLATE,
@@ -94,8 +97,8 @@ class TileScheduleFamily:
         """Workspace words a call of ``p`` needs (0 unless chunked)."""
         if p.variant != "chunked":
             return 0
-        return _ws_words(p.batch, p.code.capacity, self.layout(p.code.schedule,
-                                                               p.code.varlen))
+        return _ws_words(p.batch, p.code.capacity,
+                         self.layout(p.code.schedule, p.code.varlen), p.code.threads)
 
     @staticmethod
     def max_dynamic_smem(p: Plan, limits: DeviceLimits) -> int:
