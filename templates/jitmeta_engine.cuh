@@ -644,17 +644,14 @@ struct Engine : F {
         S* slab_sums = reinterpret_cast<S*>(ws + kSlabBase);
         S* parts = reinterpret_cast<S*>(ws + part_base(slabs));  // [slab][warp] (registers)
 
-        // Phase 1. Slabs are summarized in registers when they can be (kRegSlabs,
-        // above): every slab of the block when its last one is not the batch's last
-        // (full, and the token after it exists), else every slab but the last; the
-        // others are stored and scanned, and the last one stays in shared memory,
-        // scanned, for phase 2. When a slab is one round of loads, the next slab's loads
-        // are in flight while this one is summarized.
+        // Phase 1. The last slab stays in shared memory, scanned, for phase 2; the others
+        // are summarized in registers when they can be (kRegSlabs, above), else stored
+        // and scanned. When a slab is one round of loads, the next slab's loads are in
+        // flight while this one is summarized.
         constexpr bool kPrefetch = CHUNK <= THREADS * kLoadUnroll;
         constexpr bool kRegs = kRegSlabs<CHUNK>;
         const bool regs = kRegs && reg_capable(ctx, idx, next_n);
-        const bool all_regs = regs && j1 < slabs;  // no slab stays in shared memory
-        const u32 jr = all_regs ? j1 : j1 - 1u;    // slabs [j0, jr) leave shared memory
+        const u32 jr = j1 - 1u;  // slabs [j0, jr) are not kept in shared memory
         const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
         S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
@@ -736,9 +733,9 @@ struct Engine : F {
         }
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
         // Phase 2 takes the summaries of this block's slabs [j0, jr) 32 at a time, one
-        // per lane (a resident slab's is in registers: kept.block); the first 32 load
-        // now, while the exchange runs (every one of them was written before a barrier,
-        // by this block).
+        // per lane (the last slab's is in registers: kept.block); the first 32 load now,
+        // while the exchange runs (every one of them was written before a barrier, by
+        // this block).
         auto slab_group = [&](u32 m) {  // slabs j0 + m + lane
             const u32 jl = j0 + m + lane;
             return jl < jr ? slab_sums[jl] : S::identity();
@@ -772,7 +769,7 @@ struct Engine : F {
             return s <= num_sms && F::sm_start(s, q, r, num_sms) < end;
         };
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
-        if (!all_regs && (j1 == slabs || starts_in(carry_last, kept.block))) {
+        if (j1 == slabs || starts_in(carry_last, kept.block)) {
             const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
             emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,
                          mult, num_sms, out, sc);
