@@ -256,10 +256,10 @@ def main(argv=None) -> int:
                   f"{r['threads']:4d}  {cells}  skew {r['start_skew_ns']:.0f} ns  span "
                   f"{r['span_ns']:.0f} ns  exact={r['exact']}", flush=True)
     meta = {**records.base_meta(argv, "phase_trace.py"), **records.gpu_meta()}
-    rec = {"kind": "gpu-phases", "meta": {**meta, "sm_clock_khz": sm_clock_khz,
-                                          "seconds": round(time.time() - t0, 1),
-                                          "cycles": "median over calls of the median "
-                                                    "block / the slowest block"},
+    rec = {"schema": records.SCHEMA, "kind": "gpu-phases",
+           "meta": {**meta, "sm_clock_khz": sm_clock_khz,
+                    "seconds": round(time.time() - t0, 1),
+                    "cycles": "median over calls of the median block / the slowest block"},
            "rows": rows}
     if args.out:
         path = records.write_record(
