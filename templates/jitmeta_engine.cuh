@@ -14,7 +14,8 @@
 // dynamic variants run one block over the whole batch; the chunked variant is one
 // cooperative grid whose blocks share the slabs and pass their summaries to each other
 // through a workspace (Engine::chunked), so each block knows its carry-in and the
-// grand total.
+// grand total; there, slabs of 8 elements per thread with aligned inputs skip the tile
+// in phase 1 (summed in registers, a summary per warp part kept for phase 2).
 //
 // A format is a struct providing:
 //   S                      the scan summary: identity(), compose(a, b) ("a then b"),
@@ -405,8 +406,9 @@ struct Engine : F {
     // Phase 1: each block summarizes its slabs (kept in the workspace) and publishes the
     // composition in its slot. Every block then waits for all slots, scans them (its
     // carry-in and the grand total) and, phase 2, emits the rows of its slabs that
-    // contain an SM start, reloading a slab only when it is not the one still in shared
-    // memory.
+    // contain an SM start: the one still in shared memory from its tile, a slab summed
+    // in registers by reloading only its warp parts that hold a start, and a stored slab
+    // by reloading it whole.
     //
     // Workspace (u32 words, zeroed once when allocated, used by one launch at a time):
     //   [0]                      epoch: how many launches have used it (mod 2^32)
