@@ -135,11 +135,17 @@ def traced(text: str) -> str:
     return PRELUDE + text
 
 
-def read_trace(module, grid: int) -> list[list[tuple[int, int]]]:
-    drv = runtime._drv
-    err, ptr, size = drv.cuModuleGetGlobal(module, b"jitmeta_trace")
+def trace_buffer(module):
+    """The device address of the module's ``jitmeta_trace`` array."""
+    err, ptr, _ = runtime._drv.cuModuleGetGlobal(module, b"jitmeta_trace")
     if err:
         raise SystemExit(f"phase_trace: cuModuleGetGlobal: {err}")
+    return ptr
+
+
+def read_trace(ptr, grid: int) -> list[list[tuple[int, int]]]:
+    """(clock64, globaltimer) of every mark of every block."""
+    drv = runtime._drv
     words = grid * MARKS * 2
     host = (ctypes.c_uint64 * words)()
     err, = drv.cuMemcpyDtoH(ctypes.addressof(host), ptr, words * 8)
@@ -149,9 +155,8 @@ def read_trace(module, grid: int) -> list[list[tuple[int, int]]]:
             for b in range(grid)]
 
 
-def clear_trace(module, grid: int) -> None:
+def clear_trace(ptr, grid: int) -> None:
     drv = runtime._drv
-    err, ptr, size = drv.cuModuleGetGlobal(module, b"jitmeta_trace")
     drv.cuMemsetD8(ptr, 0, grid * MARKS * 16)
     drv.cuCtxSynchronize()
 
@@ -180,39 +185,29 @@ def run_case(fmt: str, mode: str, batch: int, calls: int, gen) -> dict:
     if key is None:  # loaded by an earlier case of the same code
         key = CODE_KEYS[p.code.name]
     CODE_KEYS[p.code.name] = key
-    module = runtime.get_module(*key).module
     runtime.make_current(key[0])
+    ptr = trace_buffer(runtime.get_module(*key).module)
     exact = torch.equal(out, want)
     per_call = []
     for _ in range(calls):
-        clear_trace(module, p.grid)
+        clear_trace(ptr, p.grid)
         jitmeta.get_paged_mqa_logits_metadata(ctx, bm.BLOCK_KV, bm.NUM_SMS, idx, out=out,
                                               schedule=fmt)
         torch.cuda.synchronize()
-        tr = read_trace(module, p.grid)
-        for blk in tr:  # a block summing every slab in registers stores none: its
-            if blk[LOADED][0] == 0:  # loads are all of phase 1
-                blk[LOADED] = blk[PHASE1]
-        per_call.append(tr)
+        per_call.append(read_trace(ptr, p.grid))
     exact = exact and torch.equal(out, want)
-    phases = {}
-    for name, a, b in phases_of(p.variant):
-        meds, maxs = [], []
-        for tr in per_call:
-            d = [blk[b][0] - blk[a][0] for blk in tr]
-            meds.append(statistics.median(d))
-            maxs.append(max(d))
-        phases[name] = {"median_block_cycles": statistics.median(meds),
-                        "slowest_block_cycles": statistics.median(maxs)}
+    def cycles(of_block) -> dict:  # median over calls of the median / slowest block
+        per_block = [[of_block(blk) for blk in tr] for tr in per_call]
+        return {"median_block_cycles": statistics.median(map(statistics.median, per_block)),
+                "slowest_block_cycles": statistics.median(map(max, per_block))}
+
+    phases = {name: cycles(lambda blk, a=a, b=b: blk[b][0] - blk[a][0])
+              for name, a, b in phases_of(p.variant)}
     if p.variant == "chunked":
-        for k, name in SPANS:  # cycles per block (median over calls of the block median)
-            phases[name] = {
-                "median_block_cycles": statistics.median(
-                    statistics.median(blk[k][0] for blk in tr) for tr in per_call),
-                "slowest_block_cycles": statistics.median(
-                    max(blk[k][0] for blk in tr) for tr in per_call),
-                "count_per_block": statistics.median(
-                    statistics.mean(blk[k][1] for blk in tr) for tr in per_call)}
+        for k, name in SPANS:  # summed per block: cycles, and how many
+            phases[name] = {**cycles(lambda blk, k=k: blk[k][0]),
+                            "count_per_block": statistics.median(
+                                statistics.mean(blk[k][1] for blk in tr) for tr in per_call)}
         # globaltimer: how long a block waits for the last block to finish phase 1, and
         # how long after that it has every slot
         phases["waiting for the last block (ns)"] = {

@@ -475,7 +475,8 @@ struct Engine : F {
     // --- chunked phase 1 in registers --------------------------------------------------
     //
     // A slab that is not its block's last needs only its summary in phase 1 (phase 2
-    // reloads it if it holds an SM start). When the slab is 8 elements per thread and
+    // reloads the warp parts of it that hold an SM start, from the part summaries kept
+    // in the workspace). When the slab is 8 elements per thread and
     // the inputs are 16-byte aligned, thread t loads its own 8 consecutive elements
     // [lo + 8t, lo + 8t + 8) with 16-byte loads (the next slab's are in flight while
     // these are summarized), summarizes them in registers, and its warp composes the
