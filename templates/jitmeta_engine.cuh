@@ -679,17 +679,18 @@ struct Engine : F {
                         reg_fetch(f, ctx, idx, (j + kDepth) * CHUNK, batch, threadIdx.x);
                     const S part = warp_total(reg_fold(words, j * CHUNK, mult));
                     const u32 k = (j - j0) % G;  // this slab's place in its group
-                    if (lane == 0u) {  // the warp's part: for the group, and for phase 2
-                        put(slots + (k * kWarps + warp) * kFields, part);
-                        parts[j * kWarps + warp] = part;
-                    }
+                    if (lane == 0u) put(slots + (k * kWarps + warp) * kFields, part);
                     if (k + 1u == G || j + 1u == jr) {  // the group is summarized: compose it
                         const u32 count = k + 1u, first = j - k;
                         __syncthreads();
                         for (u32 m = warp; m < count; m += kWarps) {  // slab m: warp by warp
-                            const S v = warp_inclusive_scan(
-                                lane < kWarps ? get(slots + (m * kWarps + lane) * kFields)
-                                              : S::identity());
+                            // its warps' parts, kept for phase 2 too (here, not in the
+                            // loop above: storing there slowed the loads on the H200)
+                            const S part = lane < kWarps
+                                               ? get(slots + (m * kWarps + lane) * kFields)
+                                               : S::identity();
+                            if (lane < kWarps) parts[(first + m) * kWarps + lane] = part;
+                            const S v = warp_inclusive_scan(part);
                             if (lane == 31u) {
                                 slab_sums[first + m] = v;
                                 put(sums + m * kFields, v);

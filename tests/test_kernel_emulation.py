@@ -420,7 +420,7 @@ REGISTER_MUTANTS = [
      [(r"const S before = S::compose\(ppre\.shfl\(\(int\)pt\), wexc\);",
        "const S before = ppre.shfl((int)pt);")]),
     ("the parts of a slab are not stored",
-     [(r"parts\[j \* kWarps \+ warp\] = part;", "")]),
+     [(r"if \(lane < kWarps\) parts\[\(first \+ m\) \* kWarps \+ lane\] = part;", "")]),
     ("only the first part holding a start is reloaded",
      [(r"const u32 count = __popc\(todo\);", "const u32 count = todo != 0u;")]),
 ]
