@@ -135,6 +135,13 @@ struct Engine : F {
         return v;
     }
 
+    // The exclusive prefix of a lane, given the lanes' inclusive scan (lane 0: identity).
+    __device__ __forceinline__ static S warp_exclusive(const S& inc) {
+        S exc = inc.shfl_up(1);
+        if ((threadIdx.x & 31) == 0) exc = S::identity();
+        return exc;
+    }
+
     // Inclusive-then-exclusive block scan of one summary per thread. Returns the
     // exclusive prefix of this thread; *block_total gets the whole block's summary.
     // Also empties the row queue (between its first two barriers, where nothing reads
@@ -144,14 +151,12 @@ struct Engine : F {
                                                              S* block_total) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         const S inc = warp_inclusive_scan(v);
-        S exc = inc.shfl_up(1);
-        if (lane == 0) exc = S::identity();
+        const S exc = warp_exclusive(inc);
         if (lane == 31) sc.warp[warp] = inc;
         __syncthreads();
         if (warp == 0) {
             const S winc = warp_inclusive_scan(lane < kWarps ? sc.warp[lane] : S::identity());
-            S wexc = winc.shfl_up(1);
-            if (lane == 0) wexc = S::identity();
+            const S wexc = warp_exclusive(winc);  // every lane shuffles
             if (lane < kWarps) sc.warp[lane] = wexc;
             if (lane == 31) sc.broadcast[0] = winc;
         }
@@ -275,6 +280,20 @@ struct Engine : F {
             s = sm;
             x = sm <= num_sms ? F::sm_start(sm, q, r, num_sms) : ~(Work)0;
         }
+        // A placer for this thread's walk, `work` units into the batch (q, r as
+        // F::split_total gives them; `queue`: whether units may be queued).
+        __device__ __forceinline__ static Placer at(int* out, Scratch& sc, Work q, u32 r,
+                                                   u32 num_sms, bool queue, Work work) {
+            Placer p;
+            p.rows = reinterpret_cast<int2*>(out);
+            p.sc = &sc;
+            p.q = q;
+            p.r = r;
+            p.num_sms = num_sms;
+            p.queue = queue;
+            p.seek(F::first_sm(work, q, r, num_sms));
+            return p;
+        }
         // Whether some SM starts before hi (then it starts in the unit ending at hi).
         __device__ __forceinline__ bool hits(Work hi) const { return x < hi; }
 
@@ -373,17 +392,14 @@ struct Engine : F {
         if (whole && emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
         const S before = S::compose(carry, t.before);
         if (whole) total = F::work(S::compose(carry, t.block));
-        Placer p;
-        p.rows = reinterpret_cast<int2*>(out);
-        p.sc = &sc;
-        p.num_sms = num_sms;
-        p.queue = true;
-        F::split_total(total, num_sms, &p.q, &p.r);
-        p.seek(F::first_sm(F::work(before), p.q, p.r, num_sms));
+        Work q;
+        u32 r;
+        F::split_total(total, num_sms, &q, &r);
+        Placer p = Placer::at(out, sc, q, r, num_sms, true, F::work(before));
         F::walk(tile, t, lo, before, mult, p);
         if (last) {  // the SMs starting at the total (or later: none)
             const int2 end = F::end_row(batch, mult);
-            for (u32 e = F::first_sm(total, p.q, p.r, num_sms) + threadIdx.x; e <= num_sms;
+            for (u32 e = F::first_sm(total, q, r, num_sms) + threadIdx.x; e <= num_sms;
                  e += THREADS)
                 p.rows[e] = end;
         }
@@ -580,36 +596,6 @@ struct Engine : F {
         }
     }
 
-    // This thread's 8 elements of a fetched register slab, unpacked (waiting for the
-    // loads, so that the buffer can take the next slab's): dense, the sum of their
-    // words; varlen, their packed words and the word after them.
-    struct RegWords {
-        u32 w[VARLEN ? 9 : 1];
-        u64 sum;
-    };
-
-    __device__ __forceinline__ static void reg_unpack(const RegFetched& f, u32 lo, u32 mult,
-                                                      RegWords& r) {
-        if constexpr (!VARLEN) {
-            const int4 a = f.v[0], b = f.v[1];
-            const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            r.sum = 0;
-#pragma unroll
-            for (u32 k = 0; k < 8u; ++k) r.sum += F::dense_word(w[k], mult);
-        } else {
-            reg_words(f, lo, threadIdx.x, mult, r.w);
-        }
-    }
-
-    // The summary of this thread's unpacked elements (slab offset lo).
-    __device__ __forceinline__ static S reg_fold(const RegWords& r, u32 lo, u32 mult) {
-        if constexpr (!VARLEN) {
-            return F::dense_summary(r.sum, mult);
-        } else {
-            return fold_words(r.w, lo, threadIdx.x, mult);
-        }
-    }
-
     // The composition of a warp's summaries in lane order, in lane 0 (a tree: at step d
     // lane l takes lane l + d's; only lane 0's chain is kept).
     __device__ __forceinline__ static S warp_total(S v) {
@@ -673,11 +659,11 @@ struct Engine : F {
                     if (j0 + d < jr) reg_fetch(rf[d], ctx, idx, (j0 + d) * CHUNK, batch, threadIdx.x);
                 // slab j, whose loads are in rf[d]
                 auto summarize = [&](RegFetched& f, u32 j) {
-                    RegWords words;
-                    reg_unpack(f, j * CHUNK, mult, words);
+                    u32 w[9];  // unpacked: the buffer can take the next slab's loads
+                    reg_words(f, j * CHUNK, threadIdx.x, mult, w);
                     if (j + kDepth < jr)
                         reg_fetch(f, ctx, idx, (j + kDepth) * CHUNK, batch, threadIdx.x);
-                    const S part = warp_total(reg_fold(words, j * CHUNK, mult));
+                    const S part = warp_total(fold_words(w, j * CHUNK, threadIdx.x, mult));
                     const u32 k = (j - j0) % G;  // this slab's place in its group
                     if (lane == 0u) put(slots + (k * kWarps + warp) * kFields, part);
                     if (k + 1u == G || j + 1u == jr) {  // the group is summarized: compose it
@@ -789,9 +775,7 @@ struct Engine : F {
             static_assert(!kRegs || kRegions != 0u, "a warp's region fits the tile");
             const S part = lane < kWarps ? parts[j * kWarps + lane] : S::identity();
             const S inc = warp_inclusive_scan(part);
-            S exc = inc.shfl_up(1);
-            if (lane == 0u) exc = S::identity();
-            const S ppre = S::compose(pre, exc);  // every part before this lane's
+            const S ppre = S::compose(pre, warp_exclusive(inc));  // every part before this lane's
             const u32 todo = __ballot_sync(0xffffffffu, lane < kWarps && starts_in(ppre, part));
             __syncthreads();  // every thread is done with the tile
             if (warp >= kRegions) return;
@@ -806,10 +790,8 @@ struct Engine : F {
                 u32 w[9];
                 reg_words(f, lo, pos, mult, w);
                 const S sw = fold_words(w, lo, pos, mult);
-                const S winc = warp_inclusive_scan(sw);
-                S wexc = winc.shfl_up(1);
-                if (lane == 0u) wexc = S::identity();
-                const S before = S::compose(ppre.shfl((int)pt), wexc);
+                const S before = S::compose(ppre.shfl((int)pt),
+                                            warp_exclusive(warp_inclusive_scan(sw)));
 #pragma unroll
                 for (u32 k = 0; k < 8u; ++k) region[pad(8u * lane + k)] = w[k];
                 if (VARLEN && lane == 31u) region[pad(256u)] = w[8];
@@ -817,14 +799,7 @@ struct Engine : F {
                 Scanned<S> t{};
                 t.b = 8u * lane;
                 t.end = t.b + 8u;
-                Placer pl;
-                pl.rows = reinterpret_cast<int2*>(out);
-                pl.sc = &sc;
-                pl.q = q;
-                pl.r = r;
-                pl.num_sms = num_sms;
-                pl.queue = false;
-                pl.seek(F::first_sm(F::work(before), q, r, num_sms));
+                Placer pl = Placer::at(out, sc, q, r, num_sms, false, F::work(before));
                 F::walk(region, t, lo + pt * 256u, before, mult, pl);
                 __syncwarp();  // the region takes this warp's next part
             }
@@ -833,9 +808,7 @@ struct Engine : F {
         for (u32 m = 0; j0 + m < jr; m += 32u) {
             if (m != 0u) group = slab_group(m);
             const S inc = warp_inclusive_scan(group);
-            S exc = inc.shfl_up(1);
-            if (lane == 0u) exc = S::identity();
-            const S pre = S::compose(c, exc);  // every slab before j0 + m + lane
+            const S pre = S::compose(c, warp_exclusive(inc));  // every slab before j0 + m + lane
             const u32 jl = j0 + m + lane;
             // (never the last slab of all: that one is its block's last, never in [j0, jr))
             u32 todo = __ballot_sync(0xffffffffu, jl < jr && starts_in(pre, group));

@@ -376,7 +376,7 @@ MUTANTS = [
        r"load_tile\(tile, ctx, idx, lo, n, batch, next_n, mult\);", "__syncthreads();")],
      ("chunked",), ("dense", "varlen")),
     ("phase 2 drops the slabs before a reloaded one in its group",
-     [(r"const S pre = S::compose\(c, exc\);", "const S pre = c;")],
+     [(r"const S pre = S::compose\(c, warp_exclusive\(inc\)\);", "const S pre = c;")],
      ("chunked",), ("dense", "varlen")),
 ]
 
@@ -414,11 +414,10 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
 # parts of a slab that hold an SM start.
 REGISTER_MUTANTS = [
     ("a part's rows start from its slab's carry",
-     [(r"const S before = S::compose\(ppre\.shfl\(\(int\)pt\), wexc\);",
-       "const S before = S::compose(pre, wexc);")]),
+     [(r"S::compose\(ppre\.shfl\(\(int\)pt\),", "S::compose(pre,")]),
     ("a part's lanes all start from the part's carry",
-     [(r"const S before = S::compose\(ppre\.shfl\(\(int\)pt\), wexc\);",
-       "const S before = ppre.shfl((int)pt);")]),
+     [(r"S::compose\(ppre\.shfl\(\(int\)pt\),\s*warp_exclusive\(warp_inclusive_scan\(sw\)\)\);",
+       "ppre.shfl((int)pt);")]),
     ("the parts of a slab are not stored",
      [(r"if \(lane < kWarps\) parts\[\(first \+ m\) \* kWarps \+ lane\] = part;", "")]),
     ("only the first part holding a start is reloaded",
