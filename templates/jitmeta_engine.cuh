@@ -650,11 +650,12 @@ struct Engine : F {
         const bool regs = kRegs && reg_capable(ctx, idx, next_n);
         const u32 jr = j1 - 1u;  // slabs [j0, jr) are not kept in shared memory
         const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-        // The last slab is summed in registers too when it is whole (every slab but the
-        // batch's last; that one too when it ends on a slab boundary): its words are
-        // left in the tile, unscanned, and phase 2 walks only its warp parts holding an
-        // SM start, each warp its own (wex: the parts before this warp's).
-        const bool resident = regs && j0 < j1 && (u64)j1 * CHUNK <= batch;
+        // Varlen, the last slab is summed in registers too when it is whole (every slab
+        // but the batch's last; that one too when it ends on a slab boundary): its words
+        // are left in the tile, unscanned, and phase 2 walks only its warp parts holding
+        // an SM start, each warp its own (wex: the parts before this warp's). Not dense:
+        // there it slowed phase 1's loads on the H200 by more than it saved.
+        const bool resident = VARLEN && regs && j0 < j1 && (u64)j1 * CHUNK <= batch;
         const u32 jend = resident ? j1 : jr;  // slabs [j0, jend) are summed in registers
         S mine = S::identity(), before_kept = S::identity(), wex = S::identity();
         Scanned<S> kept{};
@@ -741,7 +742,9 @@ struct Engine : F {
                 if (resident) {
                     before_kept = sc.broadcast[0];
                     wex = sc.warp[warp];
-                    __syncwarp();  // read before lane 31 rewrites it (the exchange's scan)
+                    // every warp's read before the exchange's scan rewrites the slots (a
+                    // __syncwarp here was not enough for racecheck on the H200)
+                    __syncthreads();
 #pragma unroll
                     for (u32 k = 0; k < 8u; ++k) tile[pad(8u * threadIdx.x + k)] = kw[k];
                     if (threadIdx.x == THREADS - 1) tile[pad(CHUNK)] = kw[8];

@@ -221,7 +221,7 @@ def test_chunked_blocks_with_one_to_five_slabs():
 
 def test_chunked_register_slabs():
     """Slabs of 8 elements per thread are summed in registers (16-byte loads; varlen:
-    neighbouring tokens by shuffles; a block's last slab too when it is whole, its
+    neighbouring tokens by shuffles, and a block's last slab too when it is whole, its
     words left in the tile for phase 2) when the inputs are 16-byte aligned and,
     dense, next_n is 1, else stored and scanned: varlen runs
     ending and starting at thread, warp and slab edges, dense next_n 1..3, every
