@@ -10,9 +10,9 @@ start to the last block's end. The barriers the marks add cost a little; the fig
 say where the time goes, not what a call costs (bench/benchmark_metadata.py does).
 
 Marks (chunked): entry (after the dependency wait), each stored slab loaded (the
-last one's kept) or the resident slab's words left in the tile, phase 1 done (before the block publishes its slot), every slot seen,
+last one's kept), phase 1 done (before the block publishes its slot), every slot seen,
 the exchange done (carry known), end; and, summed per block over phase 2, the resident
-slab's rows (from the scanned tile, or walked by the warp parts holding a start), the reloads of stored slabs and their rows, and the reloaded parts of
+slab's rows, the reloads of stored slabs and their rows, and the reloaded parts of
 register slabs with their rows. Static: entry, tile loaded, tile scanned, end.
 
     python bench/phase_trace.py [--out DIR] [--calls N]
@@ -94,18 +94,12 @@ EDITS = [
     ("chunked", "            __syncthreads();\n            kept = scan_tile(",
      "            __syncthreads();\n            jitmeta_mark(%d, false);\n"
      "            kept = scan_tile(" % LOADED),
-    ("chunked", "                    if (threadIdx.x == THREADS - 1) tile[pad(CHUNK)] = kw[8];\n",
-     "{a}                    jitmeta_mark(%d, false);\n" % LOADED),
     ("chunked", "        if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);\n",
      "        jitmeta_mark(%d, true);\n{a}" % PHASE1),
     ("chunked", "        const S carry = sc.broadcast[0];\n", "{a}        jitmeta_mark(%d, true);\n" % EXCHANGED),
     ("chunked", "                                    out, ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
     ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
      "{a}        jitmeta_mark(%d, true);\n" % WAITED),
-    ("chunked", "        if (resident) {  // each warp its own part (no barrier, no queue)\n",
-     "{a}            unsigned long long jm_r = jitmeta_begin();\n"),
-    ("chunked", "            if (j1 == slabs) end_rows(out, total, q, r, batch, mult, num_sms);\n",
-     "{a}            jitmeta_add(%d, jm_r);\n" % RESIDENT),
     ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
      "                         mult, num_sms, out, sc);\n",
      "            unsigned long long jm_t = jitmeta_begin();\n{a}"

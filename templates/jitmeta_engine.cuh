@@ -397,19 +397,13 @@ struct Engine : F {
         F::split_total(total, num_sms, &q, &r);
         Placer p = Placer::at(out, sc, q, r, num_sms, true, F::work(before));
         F::walk(tile, t, lo, before, mult, p);
-        if (last) end_rows(out, total, q, r, batch, mult, num_sms);
+        if (last) {  // the SMs starting at the total (or later: none)
+            const int2 end = F::end_row(batch, mult);
+            for (u32 e = F::first_sm(total, q, r, num_sms) + threadIdx.x; e <= num_sms;
+                 e += THREADS)
+                p.rows[e] = end;
+        }
         drain(p);
-    }
-
-    // The rows of the SMs starting at the total (or later: none), after the batch's
-    // last element.
-    __device__ __forceinline__ static void end_rows(int* __restrict__ out, Work total, Work q,
-                                                    u32 r, u32 batch, u32 mult, u32 num_sms) {
-        const int2 end = F::end_row(batch, mult);
-        int2* rows = reinterpret_cast<int2*>(out);
-        for (u32 e = F::first_sm(total, q, r, num_sms) + threadIdx.x; e <= num_sms;
-             e += THREADS)
-            rows[e] = end;
     }
 
     // Scans the loaded slab and writes its rows (see emit_scanned).
@@ -559,7 +553,7 @@ struct Engine : F {
     // The 8 tile words of position `pos` of a fetched register slab and, varlen, the
     // word after them (waiting for the loads).
     __device__ __forceinline__ static void reg_words(const RegFetched& f, u32 lo, u32 pos,
-                                                     u32 batch, u32 mult, u32 (&w)[9]) {
+                                                     u32 mult, u32 (&w)[9]) {
         const u32 lane = threadIdx.x & 31u, e0 = lo + pos * 8u;
         const int c[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w,
                           f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
@@ -581,9 +575,7 @@ struct Engine : F {
 #pragma unroll
             for (u32 k = 0; k < 8u; ++k)
                 w[k] = varlen_word(c[k], id[k], k ? id[k - 1u] : pid, e0 + k);
-            // past the batch's last token (a slab ending the batch): a boundary, as the
-            // tile's halo
-            w[8] = e0 + 8u < batch ? varlen_word(nc, nid, id[7], e0 + 8u) : kBoundary;
+            w[8] = varlen_word(nc, nid, id[7], e0 + 8u);
         }
     }
 
@@ -650,18 +642,11 @@ struct Engine : F {
         const bool regs = kRegs && reg_capable(ctx, idx, next_n);
         const u32 jr = j1 - 1u;  // slabs [j0, jr) are not kept in shared memory
         const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-        // Varlen, the last slab is summed in registers too when it is whole (every slab
-        // but the batch's last; that one too when it ends on a slab boundary): its words
-        // are left in the tile, unscanned, and phase 2 walks only its warp parts holding
-        // an SM start, each warp its own (wex: the parts before this warp's). Not dense:
-        // there it slowed phase 1's loads on the H200 by more than it saved.
-        const bool resident = VARLEN && regs && j0 < j1 && (u64)j1 * CHUNK <= batch;
-        const u32 jend = resident ? j1 : jr;  // slabs [j0, jend) are summed in registers
-        S mine = S::identity(), before_kept = S::identity(), wex = S::identity();
+        S mine = S::identity(), before_kept = S::identity();
         Scanned<S> kept{};
         u32 j = j0;
         if constexpr (kRegs) {
-            if (regs && j0 < jend) {
+            if (regs && j0 < jr) {
                 constexpr u32 G = kRegGroup<CHUNK>;
                 static_assert(G != 0u, "a group of register slabs fits the tile");
                 u32* slots = tile;                        // [G][kWarps] warp summaries
@@ -671,24 +656,17 @@ struct Engine : F {
                 RegFetched rf[kDepth];  // indexed by unrolled constants only: registers
 #pragma unroll
                 for (u32 d = 0; d < kDepth; ++d)
-                    if (j0 + d < jend) reg_fetch(rf[d], ctx, idx, (j0 + d) * CHUNK, batch, threadIdx.x);
-                u32 kw[9];  // the resident slab's words, stored once the tile is free
+                    if (j0 + d < jr) reg_fetch(rf[d], ctx, idx, (j0 + d) * CHUNK, batch, threadIdx.x);
                 // slab j, whose loads are in rf[d]
-                // (keep: the resident slab, whose words stay in registers until the tile
-                // is free; only its call, after the loop, keeps them)
-                auto summarize = [&](RegFetched& f, u32 j, bool keep) {
+                auto summarize = [&](RegFetched& f, u32 j) {
                     u32 w[9];  // unpacked: the buffer can take the next slab's loads
-                    reg_words(f, j * CHUNK, threadIdx.x, batch, mult, w);
-                    if (keep) {
-#pragma unroll
-                        for (u32 k = 0; k < 9u; ++k) kw[k] = w[k];
-                    }
-                    if (j + kDepth < jend)
+                    reg_words(f, j * CHUNK, threadIdx.x, mult, w);
+                    if (j + kDepth < jr)
                         reg_fetch(f, ctx, idx, (j + kDepth) * CHUNK, batch, threadIdx.x);
                     const S part = warp_total(fold_words(w, j * CHUNK, threadIdx.x, mult));
                     const u32 k = (j - j0) % G;  // this slab's place in its group
                     if (lane == 0u) put(slots + (k * kWarps + warp) * kFields, part);
-                    if (k + 1u == G || j + 1u == jend) {  // the group is summarized: compose it
+                    if (k + 1u == G || j + 1u == jr) {  // the group is summarized: compose it
                         const u32 count = k + 1u, first = j - k;
                         __syncthreads();
                         for (u32 m = warp; m < count; m += kWarps) {  // slab m: warp by warp
@@ -703,52 +681,25 @@ struct Engine : F {
                                 slab_sums[first + m] = v;
                                 put(sums + m * kFields, v);
                             }
-                            if (resident && first + m + 1u == j1) {  // uniform in the warp
-                                const S ex = warp_exclusive(v);
-                                if (lane < kWarps) sc.warp[lane] = ex;
-                            }
                         }
                         __syncthreads();  // the next group writes slots only, then syncs
                         if (warp == 0u) {
                             const S v = warp_inclusive_scan(
                                 lane < count ? get(sums + lane * kFields) : S::identity());
-                            if (resident && first + count == j1)  // in warp 0 only
-                                before_kept = S::compose(mine, warp_exclusive(v).shfl(count - 1u));
                             mine = S::compose(mine, v.shfl(31));  // in warp 0 only
                         }
                     }
                 };
-                const u32 jloop = resident ? jr : jend;  // the resident slab after the loop
-                while (j < jloop) {
+                while (j < jr) {
 #pragma unroll
                     for (u32 d = 0; d < kDepth; ++d) {
-                        if (j < jloop) summarize(rf[d], j++, false);
+                        if (j < jr) summarize(rf[d], j++);
                     }
-                }
-                if (resident) {  // its loads are in rf[(j - j0) % kDepth]
-#pragma unroll
-                    for (u32 d = 0; d < kDepth; ++d) {
-                        if ((j - j0) % kDepth == d) summarize(rf[d], j, true);
-                    }
-                    ++j;
                 }
                 // every thread gets `mine`; warp 0 is done with the tile after the barrier
-                if (threadIdx.x == 0) {
-                    sc.broadcast[1] = mine;
-                    if (resident) sc.broadcast[0] = before_kept;
-                }
+                if (threadIdx.x == 0) sc.broadcast[1] = mine;
                 __syncthreads();
                 mine = sc.broadcast[1];  // read before the scan below reuses it
-                if (resident) {
-                    before_kept = sc.broadcast[0];
-                    wex = sc.warp[warp];
-                    // every warp's read before the exchange's scan rewrites the slots (a
-                    // __syncwarp here was not enough for racecheck on the H200)
-                    __syncthreads();
-#pragma unroll
-                    for (u32 k = 0; k < 8u; ++k) tile[pad(8u * threadIdx.x + k)] = kw[k];
-                    if (threadIdx.x == THREADS - 1) tile[pad(CHUNK)] = kw[8];
-                }
             }
         }
         Fetched f;
@@ -808,23 +759,7 @@ struct Engine : F {
             return s <= num_sms && F::sm_start(s, q, r, num_sms) < end;
         };
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
-        if (resident) {  // each warp its own part (no barrier, no queue)
-            const u32 lo = (j1 - 1u) * CHUNK;
-            u32 w[9];
-#pragma unroll
-            for (u32 k = 0; k < 9u; ++k) w[k] = tile[pad(8u * threadIdx.x + k)];
-            const S inc = warp_inclusive_scan(fold_words(w, lo, threadIdx.x, mult));
-            const S wpre = S::compose(carry_last, wex);  // every part before this warp's
-            if (starts_in(wpre, inc.shfl(31))) {  // uniform in the warp
-                const S before = S::compose(wpre, warp_exclusive(inc));
-                Scanned<S> t{};
-                t.b = 8u * threadIdx.x;
-                t.end = t.b + 8u;
-                Placer pl = Placer::at(out, sc, q, r, num_sms, false, F::work(before));
-                F::walk(tile, t, lo, before, mult, pl);
-            }
-            if (j1 == slabs) end_rows(out, total, q, r, batch, mult, num_sms);
-        } else if (j1 == slabs || starts_in(carry_last, kept.block)) {
+        if (j1 == slabs || starts_in(carry_last, kept.block)) {
             const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
             emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,
                          mult, num_sms, out, sc);
@@ -853,7 +788,7 @@ struct Engine : F {
                 RegFetched f;
                 reg_fetch(f, ctx, idx, lo, batch, pos);
                 u32 w[9];
-                reg_words(f, lo, pos, batch, mult, w);
+                reg_words(f, lo, pos, mult, w);
                 const S sw = fold_words(w, lo, pos, mult);
                 const S before = S::compose(ppre.shfl((int)pt),
                                             warp_exclusive(warp_inclusive_scan(sw)));
