@@ -1,10 +1,10 @@
 """A/B-time launch configurations of the schedule kernels on a GPU and write a record.
 
 For a planner change the main benchmark does not try (the block size and slab size of
-the chunked variant, and its blocks per SM): each configuration of :data:`CONFIGS` is
-planned under its knobs, timed by CUDA-graph replay in the main benchmark's graph shape
-(``benchmark_metadata.GraphTimer``: 20 back-to-back calls with ``out=``, median of 5
-repeats) on the same inputs as the others, and the output of the timed replays is
+the chunked variant, and its blocks per SM; or a single-block variant): each
+configuration of :data:`CONFIGS` is planned under its knobs, timed by CUDA-graph replay
+in the main benchmark's graph shape (``benchmark_metadata.GraphTimer``: 20 back-to-back
+calls with ``out=``, median of 5 repeats) on the same inputs as the others, and the output of the timed replays is
 compared with the reference (``torch.equal``). "Blocks per SM" above one lets the
 chunked grid exceed one block per SM (the planner's rule is at most one); a
 cooperative launch the device refuses is retried with fewer blocks by the launcher, and
@@ -51,6 +51,12 @@ CONFIGS = {
     "t256/c2048": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 2048}, 1),
     "t256/c8192/x2": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 8192}, 2),
     "t512/c8192/x2": ({"JITMETA_THREADS": 512, "JITMETA_CHUNK": 8192}, 2),
+    "t256/c1024": ({"JITMETA_THREADS": 256, "JITMETA_CHUNK": 1024}, 1),
+    "t128/c1024": ({"JITMETA_THREADS": 128, "JITMETA_CHUNK": 1024}, 1),
+    "t64/c512": ({"JITMETA_THREADS": 64, "JITMETA_CHUNK": 512}, 1),
+    # the single-block variants, for the batches where the planner picks one
+    "static": ({"JITMETA_VARIANT": "static"}, 1),
+    "dynamic": ({"JITMETA_VARIANT": "dynamic"}, 1),
 }
 _planner_grid = plan_mod.chunked_grid
 
@@ -67,7 +73,7 @@ def measure(timer, fmt, ctx, idx, out, want, knobs, k) -> dict:
     launcher.reset_grid_caps()
     plan_mod.chunked_grid = per_sm(k)
     try:
-        with envs.override(JITMETA_VARIANT="chunked", **knobs):
+        with envs.override(**{"JITMETA_VARIANT": "chunked", **knobs}):
             p = jitmeta.plan(ctx.shape[0], ctx.shape[1], idx is not None, NUM_SMS,
                              schedule=fmt)
             timing, exact = timer.measure(lambda: jitmeta.get_paged_mqa_logits_metadata(
