@@ -125,7 +125,12 @@ def main(argv=None) -> int:
                 cells = []
                 for name in names:
                     knobs, k = CONFIGS[name]
-                    r = measure(timer, fmt, ctx, idx, out, want, knobs, k)
+                    try:
+                        r = measure(timer, fmt, ctx, idx, out, want, knobs, k)
+                    except jitmeta.PlanError as exc:  # e.g. a single block too small
+                        row["configs"][name] = {"plan_error": str(exc)}
+                        cells.append("n/a")
+                        continue
                     row["configs"][name] = r
                     bad += r["exact"] is not True
                     cells.append(f"{r['us']['median']:8.2f}/g{r['grid']}"
