@@ -86,8 +86,10 @@ def bucket_threads(cap: int, threads: int, forced: bool) -> int:
 
 
 def slab_threads(slab: int, threads: int, forced: bool) -> int:
-    """Threads of a chunked slab: a quarter of its size, clamped the same way."""
-    return threads if forced else max(min(256, threads), min(threads, slab // 4))
+    """Threads of a chunked slab: a quarter of its size, an eighth from 4096 up (a
+    register slab: 8 elements per thread), clamped the same way."""
+    share = slab // 8 if slab >= 4096 else slab // 4
+    return threads if forced else max(min(256, threads), min(threads, share))
 
 
 def bucket(batch: int) -> int:
@@ -157,6 +159,14 @@ def chunked(batch, limits, threads, varlen, forced_threads=False, chunk_knob=Non
     else:
         chunk = default_chunk(limits, threads, varlen)
         slab = slab_for(batch, limits.sm_count, chunk)
+        # more slabs of the default chunk than SMs: 4096-element slabs for varlen, and
+        # for dense while the default chunk gives at most 4 slabs per SM
+        # (only where a 4096 slab gets 512 threads: 8 elements each, summed in registers)
+        slabs = -(-batch // chunk)
+        if slab is None and chunk > 4096 and slabs > limits.sm_count and (
+                varlen or slabs <= 4 * limits.sm_count) and \
+                slab_threads(4096, threads, forced_threads) == 512:
+            slab = 4096
         if slab is not None:
             chunk, t = slab, slab_threads(slab, threads, forced_threads)
     smem = chunked_bytes(chunk, t, varlen, limits.smem_reserved_bytes)

@@ -37,11 +37,13 @@ def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     codes = kernels.codes_for_batches([(1, 2**24)], next_n, varlen, num_sms, 256, schedule, sm90)
     # static buckets 1024, 2048 (256 threads), 4096 (512), 8192 (1024); slab 1024 (256
     # threads) for 8193..132 * 1024 = 135168, slab 2048 (512) up to 270336, slab 4096
-    # (1024) up to 540672, chunk 8192 (1024) past it; no dynamic: 4 + 4 = 8 (num_sms is
-    # the output's SM count; the limits' 132 SMs set the chunks)
+    # (512) up to 540672, chunk 8192 (1024) up to 132 * 8192 = 1081344, then slab 4096
+    # again (varlen: to the end; dense: up to 4 * 1081344 = 4325376, then chunk 8192);
+    # no dynamic: 4 + 4 = 8 (num_sms is the output's SM count; the limits' 132 SMs set
+    # the chunks)
     assert len(codes) == 8 and len(codes) < 10
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 1024),
+        ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 512),
         ("chunked", 8192, 1024), ("static", 1024, 256), ("static", 2048, 256),
         ("static", 4096, 512), ("static", 8192, 1024)]
     for code, example in codes.items():
@@ -58,12 +60,14 @@ def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
 
 
 # the default threads of each chunk on a 1024-thread device (slab_threads: 256, 512,
-# 1024; the default chunk at 1024)
-CHUNK_THREADS = {1024: 256, 2048: 512, 4096: 1024, 8192: 1024}
+# 512; the default chunk at 1024)
+CHUNK_THREADS = {1024: 256, 2048: 512, 4096: 512, 8192: 1024}
 
 
 @pytest.mark.parametrize("sm_count,chunks", [
-    (2, [8192]),              # 2 * 4096 = 8192: every batch past the buckets is over it
+    # 2 * 4096 = 8192: every batch past the buckets is over it; slab 4096 streams from
+    # 2 * 8192 = 16384 to 4 * 16384 = 65536 (dense)
+    (2, [4096, 8192]),
     (4, [4096, 8192]),        # 4 * 2048 = 8192 < 8193 <= 4 * 4096 = 16384
     (8, [2048, 4096, 8192]),  # 8 * 1024 = 8192 < 8193 <= 8 * 2048 = 16384
     (9, [1024, 2048, 4096, 8192]),  # 9 * 1024 = 9216 >= 8193
@@ -82,7 +86,7 @@ def test_codes_follow_the_slab_boundaries(sm_count, chunks):
         + [("static", 1024, 256), ("static", 2048, 256), ("static", 4096, 512),
            ("static", 8192, 1024)])
     assert len(codes) == 4 + len(chunks)
-    edges = [sm_count * c + d for c in (1024, 2048, 4096) for d in (-1, 0, 1)]
+    edges = [sm_count * c + d for c in (1024, 2048, 4096, 8192, 4 * 8192) for d in (-1, 0, 1)]
     brute = {run_plan(b, lim).code for b in range(1, 8194)}
     brute |= {run_plan(b, lim).code for b in edges + [2**24] if 1 <= b <= 2**24}
     assert brute == set(codes)
@@ -92,9 +96,11 @@ def test_codes_follow_the_slab_boundaries(sm_count, chunks):
 def test_codes_match_exhaustive_sweep(sm90, varlen):
     """Every batch 1..60000 (which crosses every static bucket and the forced-dynamic
     limit, 56067 dense / 55970 varlen) and around the slab limits 132 * 1024 = 135168,
-    132 * 2048 = 270336 and 132 * 4096 = 540672, plus a stride to 2**24."""
+    132 * 2048 = 270336 and 132 * 4096 = 540672, and the streaming slabs' edges 132 *
+    8192 = 1081344 and 4 * 1081344, plus a stride to 2**24."""
     batches = (list(range(1, 60001)) + list(range(134000, 136001))
                + list(range(269000, 272001)) + list(range(539000, 542001))
+               + list(range(1081000, 1082001)) + list(range(4325000, 4326001))
                + list(range(60001, 2**24 + 1, 4099)) + [2**24])
     brute = {run_plan(b, sm90, varlen).code for b in batches}
     assert brute == set(kernels.codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", sm90))
@@ -145,12 +151,15 @@ def test_codes_match_brute_force_on_a_512_thread_device(varlen):
 def test_boundaries_include_every_slab_edge(sm90, varlen, dynamic_max):
     """The batches codes_for_batches plans at: the range's ends, each static bucket and
     one past it, the forced-dynamic limit and one past it, and sm_count * slab and one
-    past it for every slab (where the chunked plan changes its slab)."""
+    past it for every slab (where the chunked plan changes its slab), and where the
+    streaming slabs start and (dense) end."""
     got = _boundaries(1, 2**24, sm90, 1024, Knobs(), LAYOUT[varlen])
     buckets = [2**k + d for k in range(10, 25) for d in (0, 1)]
     buckets.remove(2**24 + 1)  # out of the range
-    # 132 * 1024 = 135168, 132 * 2048 = 270336, 132 * 4096 = 540672
-    slab_edges = [135168, 135169, 270336, 270337, 540672, 540673]
+    # 132 * 1024 = 135168, 132 * 2048 = 270336, 132 * 4096 = 540672; streaming from
+    # 132 * 8192 = 1081344, dense up to 4 * 1081344 = 4325376
+    slab_edges = [135168, 135169, 270336, 270337, 540672, 540673, 1081344, 1081345,
+                  4325376, 4325377]
     assert got == sorted({1, 2**24, dynamic_max, dynamic_max + 1, *buckets, *slab_edges})
     # 78 SMs, batches 100000..400000: 78 * 1024 = 79872 is below the range; 78 * 2048 =
     # 159744 and 78 * 4096 = 319488 are in it, with the buckets 2**17 and 2**18
@@ -173,7 +182,7 @@ def test_codes_for_several_ranges(sm90):
     codes = kernels.codes_for_batches([(200000, 300000), (540672, 540673)], 1, False, 132, 256,
                               "smxx", sm90)
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 2048, 512), ("chunked", 4096, 1024), ("chunked", 8192, 1024)]
+        ("chunked", 2048, 512), ("chunked", 4096, 512), ("chunked", 8192, 1024)]
     assert sorted(p.batch for p in codes.values()) == [200000, 270337, 540673]
 
 

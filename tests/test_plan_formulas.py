@@ -122,7 +122,7 @@ def test_smem_formulas_by_hand():
     assert smem_chunked(8192, 1024, LAYOUT[False], 1024) == 34956
     assert smem_chunked(1024, 256, LAYOUT[True], 0) == 1057 * 4 + 10 * 16 == 4388
     assert smem_chunked(2048, 1024, LAYOUT[False], 1024) == 2113 * 4 + 136 + 1024 == 9612
-    # each slab at its default threads (slab_threads(slab, 1024): 256 / 512 / 1024):
+    # each slab at the threads of a quarter of it (slab_threads(slab, 1024) up to 2048):
     # the same bytes as the static bucket of its size
     assert smem_chunked(1024, 256, LAYOUT[False], 1024) == 1057 * 4 + 40 + 1024 == 5292
     assert smem_chunked(1024, 256, LAYOUT[True], 1024) == 1057 * 4 + 160 + 1024 == 5412
@@ -233,8 +233,9 @@ def test_static_threads_by_hand():
     for cap in (1024, 2048, 4096, 8192):
         assert static_threads(cap, 256) == 256
         assert static_threads(cap, 128) == max(128, min(128, cap // 8)) == 128
-    # chunked slabs: a quarter of the slab
-    assert [slab_threads(c, 1024) for c in (1024, 2048, 4096, 8192)] == [256, 512, 1024, 1024]
+    # chunked slabs: a quarter of the slab, an eighth from 4096 up (register slabs)
+    assert [slab_threads(c, 1024) for c in (1024, 2048, 4096, 8192)] == [256, 512, 512, 1024]
+    assert [slab_threads(c, 512) for c in (1024, 2048, 4096, 8192)] == [256, 512, 512, 512]
     for cap in (1024, 2048, 4096, 8192):
         for t in (64, 256, 512, 1024):
             assert slab_threads(cap, t) == O.slab_threads(cap, t, False), (cap, t)
@@ -307,10 +308,14 @@ def test_family_workspace_words_of_a_plan():
         want = (O.workspace(batch, p.code.capacity, varlen, p.code.threads)
                 if p.variant == "chunked" else 0)
         assert kernels.workspace_words(p) == want, (batch, varlen)
-    # 2^24 varlen: 2048 slabs of 8192 at 1024 threads (8 per thread: summed in
-    # registers) -> 4 + 8192 + 2048 * 4 = 16388 words, then 2048 * 32 warps * 4
+    # 2^24 varlen: 4096 slabs of 4096 at 512 threads (8 per thread: summed in
+    # registers) -> 4 + 8192 + 4096 * 4 = 24580 words, then 4096 * 16 warps * 4
     assert kernels.workspace_words(run_plan(2**24, lim, True, knobs=Knobs())) \
-        == 16388 + 2048 * 32 * 4 == 278532
+        == 24580 + 4096 * 16 * 4 == 286724
+    # 2^24 dense: 2048 slabs of 8192 at 1024 threads -> 4 + 8192 + 2048 = 10244 words,
+    # then 2048 * 32 warps
+    assert kernels.workspace_words(run_plan(2**24, lim, False, knobs=Knobs())) \
+        == 10244 + 2048 * 32 == 75780
     # 70000 varlen: 69 slabs of 1024 -> 4 + 8192 + 69 * 4 = 8472 words
     assert kernels.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) == 8472
     dyn = run_plan(9000, lim, knobs=Knobs.from_values(JITMETA_VARIANT="dynamic"))

@@ -49,10 +49,15 @@ def test_forced_variants(sm90):
         # 132 * 1024 < 200000 <= 132 * 2048: slab 2048; 97 * 2048 = 198656 < 200000: 98
         p = run_plan(200000, sm90)
         assert (p.variant, p.grid, p.code.capacity, p.threads) == ("chunked", 98, 2048, 512)
-        # 2048 slabs of 8192 on 132 SMs: per 16, grid 128
+        # varlen past 132 * 8192: streaming slabs of 4096 at 512 threads, 4096 of them on
+        # 132 SMs: per 32, grid 128; 4225 * 4 + 288 + 1024 = 18212 B
         p = run_plan(2**24, sm90, varlen=True)
         assert (p.grid, p.code.capacity, p.threads, p.smem_static_bytes) \
-            == (128, 8192, 1024, 35364)
+            == (128, 4096, 512, 18212)
+        # dense past 4 * 132 * 8192: 2048 slabs of 8192, per 16, grid 128
+        p = run_plan(2**24, sm90)
+        assert (p.grid, p.code.capacity, p.threads, p.smem_static_bytes) \
+            == (128, 8192, 1024, 34956)
 
 
 # dense's first batch past the dynamic limit is 56068 (varlen's, 55971, is below it)
@@ -154,7 +159,7 @@ def test_chunk_override(sm90):
         p = run_plan(400000, sm90)
         assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 8192, 1024, 49)
     assert (run_plan(10000, sm90).code.capacity, run_plan(10000, sm90).threads) == (1024, 256)
-    assert (run_plan(400000, sm90).code.capacity, run_plan(400000, sm90).threads) == (4096, 1024)
+    assert (run_plan(400000, sm90).code.capacity, run_plan(400000, sm90).threads) == (4096, 512)
     # nor to a smaller slab than a set one: 4096 at 10000 -> 3 slabs (8192 < 10000 <= 12288)
     with envs.override(JITMETA_CHUNK=4096):
         p = run_plan(10000, sm90)
@@ -203,10 +208,11 @@ def test_smem_budget_override(sm90):
             assert (p.variant, p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
                 == ("chunked", 1024, 256, grid, 5292), b
         assert run_plan(9317, sm90, varlen=True).variant == "chunked"
-        # 270337: slab 4096, 67 slabs at 18060 B; 540673: 67 slabs of 8192 at 34956 B
+        # 270337: slab 4096 (512 threads), 67 slabs at 4225 * 4 + 72 + 1024 = 17996 B;
+        # 540673: 67 slabs of 8192 at 34956 B
         p = run_plan(270337, sm90)
         assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
-            == (4096, 1024, 67, 18060)
+            == (4096, 512, 67, 17996)
         p = run_plan(540673, sm90)
         assert (p.code.capacity, p.threads, p.grid, p.smem_static_bytes) \
             == (8192, 1024, 67, 34956)

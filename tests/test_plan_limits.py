@@ -44,15 +44,17 @@ HAND_LIMITS = [
         (8192, 40428), (8192, 40331),
         # no reserved bytes: slab 1024 (256 threads): 1057 * 4 + 40 (160) = 4268 (4388) B
         # up to 108 * 1024 = 110592; slab 2048 (512 threads): 2113 * 4 + 72 (288) = 8524
-        # (8740) B up to 108 * 2048 = 221184; slab 4096 (1024 threads): 4225 * 4 + 136
-        # (544) = 17036 (17444) B up to 108 * 4096 = 442368; then 8192 (1024 threads):
+        # (8740) B up to 108 * 2048 = 221184; slab 4096 (512 threads): 4225 * 4 + 72
+        # (288) = 16972 (17188) B up to 108 * 4096 = 442368; then 8192 (1024 threads):
         # 33932 (34340) B; one past each edge: 54 slabs of the slab + 1 -> 55 of the next;
         # 2**24: 2048 slabs, per = ceil(2048 / 108) = 19 (1944 < 2048 <= 2052),
-        # grid = ceil(2048 / 19) = 108 (19 * 107 = 2033 < 2048)
+        # grid = ceil(2048 / 19) = 108 (19 * 107 = 2033 < 2048); varlen streams there:
+        # 4096 slabs of 4096, per = ceil(4096 / 108) = 38, grid = ceil(4096 / 38) = 108
         [(8193, 1024, 256, 4268, 4388, 9), (110592, 1024, 256, 4268, 4388, 108),
          (110593, 2048, 512, 8524, 8740, 55), (221184, 2048, 512, 8524, 8740, 108),
-         (221185, 4096, 1024, 17036, 17444, 55), (442368, 4096, 1024, 17036, 17444, 108),
-         (442369, 8192, 1024, 33932, 34340, 55), (2**24, 8192, 1024, 33932, 34340, 108)],
+         (221185, 4096, 512, 16972, 17188, 55), (442368, 4096, 512, 16972, 17188, 108),
+         (442369, 8192, 1024, 33932, 34340, 55),
+         (2**24, 8192, 1024, 33932, 34340, 108, (4096, 512, 16972, 17188, 108))],
         id="a100"),
     pytest.param(
         DeviceLimits("sm_89", 128, smem_optin_bytes=101376, smem_reserved_bytes=0), {},
@@ -61,11 +63,12 @@ HAND_LIMITS = [
         (8192, 24541), (8192, 24444),
         # bytes as a100; slab 1024 up to 128 * 1024 = 131072, 2048 up to 262144, 4096 up
         # to 524288; one past each edge: 64 slabs of the slab + 1 -> 65 of the next;
-        # 2**24: 2048 slabs, per 16, grid 128
+        # 2**24: 2048 slabs, per 16, grid 128 (varlen streams: 4096 slabs, per 32)
         [(8193, 1024, 256, 4268, 4388, 9), (131072, 1024, 256, 4268, 4388, 128),
          (131073, 2048, 512, 8524, 8740, 65), (262144, 2048, 512, 8524, 8740, 128),
-         (262145, 4096, 1024, 17036, 17444, 65), (524288, 4096, 1024, 17036, 17444, 128),
-         (524289, 8192, 1024, 33932, 34340, 65), (2**24, 8192, 1024, 33932, 34340, 128)],
+         (262145, 4096, 512, 16972, 17188, 65), (524288, 4096, 512, 16972, 17188, 128),
+         (524289, 8192, 1024, 33932, 34340, 65),
+         (2**24, 8192, 1024, 33932, 34340, 128, (4096, 512, 16972, 17188, 128))],
         id="l40s"),
     pytest.param(
         DeviceLimits("sm_90", 16, smem_static_bytes=16 * KIB, smem_optin_bytes=64 * KIB),
@@ -141,11 +144,13 @@ HAND_LIMITS = [
         # slab 1024 at static_threads(1024, 512) = 256: 5292 (5412) B; slab 2048 at
         # static_threads(2048, 512) = 512: 9548 (9764) B; slab 4096 at
         # static_threads(4096, 512) = 512: 4225 * 4 + 72 (288) + 1024 = 17996 (18212) B;
-        # chunk 8192 at 512 threads: 34892 (35108) B; edges as on sm_90 (132 SMs)
+        # chunk 8192 at 512 threads: 34892 (35108) B; edges as on sm_90 (132 SMs); varlen
+        # 2**24 streams (slab 4096 at 512 threads is a register slab)
         [(8193, 1024, 256, 5292, 5412, 9), (135168, 1024, 256, 5292, 5412, 132),
          (135169, 2048, 512, 9548, 9764, 67), (270336, 2048, 512, 9548, 9764, 132),
          (270337, 4096, 512, 17996, 18212, 67), (540672, 4096, 512, 17996, 18212, 132),
-         (540673, 8192, 512, 34892, 35108, 67), (2**24, 8192, 512, 34892, 35108, 128)],
+         (540673, 8192, 512, 34892, 35108, 67),
+         (2**24, 8192, 512, 34892, 35108, 128, (4096, 512, 17996, 18212, 128))],
         id="512-thread-device"),
 ]
 
@@ -173,7 +178,9 @@ def test_hand_built_limits_boundaries(limits, knobs, dense, varlen_bounds, chunk
                 assert (p.variant, p.code.capacity) == ("static", cap)
                 assert p.threads == O.bucket_threads(cap, threads, forced)
         # past the static buckets: chunked, never dynamic (on either side of its limit)
-        for batch, chunk, t, dense_b, varlen_b, grid in chunked:
+        for batch, chunk, t, dense_b, varlen_b, grid, *streaming in chunked:
+            if varlen and streaming:  # varlen takes the streaming slab there
+                chunk, t, dense_b, varlen_b, grid = streaming[0]
             p = run_plan(batch, limits, varlen)
             assert (p.variant, p.code.capacity, p.threads, p.grid) \
                 == ("chunked", chunk, t, grid), batch
@@ -242,6 +249,7 @@ def test_plan_never_exceeds_limits_property():
     rng = random.Random(SEED)
     outcomes = {"static": 0, "dynamic": 0, "chunked": 0, "error": 0}
     on_slab = dict.fromkeys(O.SLABS, 0)  # plans on each slab (no JITMETA_CHUNK)
+    streamed = 0  # plans on the streaming slab
     default_chunks = forced_variant = 0  # plans on the default chunk; with a forced variant
     for case in range(3000):
         limits = _random_limits(rng)
@@ -317,6 +325,16 @@ def test_plan_never_exceeds_limits_property():
                 assert p.threads == threads, note
                 assert all(-(-batch // c) > limits.sm_count for c in O.SLABS if c < chunk), note
                 default_chunks += 1
+            elif slabs > limits.sm_count:
+                # streaming: the default chunk would give some SM's block two slabs or
+                # more, and a 4096 slab gets 512 threads (a register slab); dense only
+                # up to 4 default slabs per SM
+                dflt = O.default_chunk(eff, threads, varlen)
+                assert chunk == 4096 < dflt and p.threads == 512, note
+                assert -(-batch // dflt) > limits.sm_count, note
+                assert varlen or -(-batch // dflt) <= 4 * limits.sm_count, note
+                assert p.threads == O.slab_threads(chunk, threads, forced), note
+                streamed += 1
             else:
                 # a slab below the default chunk that gives no SM's block two, the
                 # smallest such, at its bucket's threads
@@ -332,8 +350,8 @@ def test_plan_never_exceeds_limits_property():
             assert f"over {slabs} slab(s) of {chunk} elements" in p.reason, note
             assert p.smem_static_bytes == O.chunked_bytes(chunk, p.threads, varlen, rsv), note
             assert p.smem_dynamic_bytes == 0, note
-    print(f"{SEED_NOTE}: outcomes {outcomes}, slabs {on_slab}, default chunk "
-          f"{default_chunks}, forced {forced_variant}")
+    print(f"{SEED_NOTE}: outcomes {outcomes}, slabs {on_slab}, streaming {streamed}, "
+          f"default chunk {default_chunks}, forced {forced_variant}")
     assert min(outcomes.values()) > 0, f"{SEED_NOTE}: sweep missed an outcome {outcomes}"
     assert min(on_slab.values()) > 0, f"{SEED_NOTE}: sweep missed a slab {on_slab}"
     assert default_chunks > 0 and forced_variant > 0, SEED_NOTE

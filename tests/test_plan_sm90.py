@@ -64,10 +64,10 @@ SM90_SLAB_EDGES = [
     # 132 * 1024 = 135168; 1057 * 4 + 40 (160) + 1024 = 5292 (5412) B at 256 threads;
     # 2113 * 4 + 72 (288) + 1024 = 9548 (9764) B at 512 threads
     pytest.param(135168, 1024, 256, 5292, 5412, 2048, 512, 9548, 9764, id="1024-2048"),
-    # 132 * 2048 = 270336; 4225 * 4 + 136 (544) + 1024 = 18060 (18468) B at 1024 threads
-    pytest.param(270336, 2048, 512, 9548, 9764, 4096, 1024, 18060, 18468, id="2048-4096"),
+    # 132 * 2048 = 270336; 4225 * 4 + 72 (288) + 1024 = 17996 (18212) B at 512 threads
+    pytest.param(270336, 2048, 512, 9548, 9764, 4096, 512, 17996, 18212, id="2048-4096"),
     # 132 * 4096 = 540672; the default chunk: 8449 * 4 + 136 (544) + 1024 = 34956 (35364) B
-    pytest.param(540672, 4096, 1024, 18060, 18468, 8192, 1024, 34956, 35364,
+    pytest.param(540672, 4096, 512, 17996, 18212, 8192, 1024, 34956, 35364,
                  id="4096-8192"),
 ]
 
@@ -178,8 +178,9 @@ def test_threads_override_applies_to_every_static_bucket(sm90, forced):
 # (batch, chunk, threads, slabs, grid, dense bytes, varlen bytes) on sm_90 (132 SMs):
 # slab 1024 (256 threads: 1057 * 4 + 40 (160) + 1024 B) up to 132 * 1024 = 135168,
 # slab 2048 (512 threads: 2113 * 4 + 72 (288) + 1024 B) up to 132 * 2048 = 270336,
-# slab 4096 (1024 threads: 4225 * 4 + 136 (544) + 1024 B) up to 132 * 4096 = 540672,
-# then the default 8192 (1024 threads: 8449 * 4 + 136 (544) + 1024 B);
+# slab 4096 (512 threads: 4225 * 4 + 72 (288) + 1024 B) up to 132 * 4096 = 540672,
+# then the default 8192 (1024 threads: 8449 * 4 + 136 (544) + 1024 B) up to 132 * 8192 =
+# 1081344; past it slab 4096 again (streaming), varlen always, dense up to 4 * 1081344;
 # grid = ceil(slabs / per), per = ceil(slabs / min(slabs, 132, threads, 1024))
 SM90_CHUNKED = [
     (8193, 1024, 256, 9, 9, 5292, 5412),            # 8 * 1024 = 8192 < 8193
@@ -190,19 +191,35 @@ SM90_CHUNKED = [
     (135169, 2048, 512, 67, 67, 9548, 9764),        # 66 * 2048 = 135168 < 135169
     (200000, 2048, 512, 98, 98, 9548, 9764),        # 97 * 2048 = 198656 < 200000 <= 200704
     (270336, 2048, 512, 132, 132, 9548, 9764),      # 132 * 2048: one slab per SM
-    (270337, 4096, 1024, 67, 67, 18060, 18468),     # 66 * 4096 = 270336 < 270337
-    (400000, 4096, 1024, 98, 98, 18060, 18468),     # 97 * 4096 = 397312 < 400000 <= 401408
-    (540672, 4096, 1024, 132, 132, 18060, 18468),   # 132 * 4096: one slab per SM
+    (270337, 4096, 512, 67, 67, 17996, 18212),      # 66 * 4096 = 270336 < 270337
+    (400000, 4096, 512, 98, 98, 17996, 18212),      # 97 * 4096 = 397312 < 400000 <= 401408
+    (540672, 4096, 512, 132, 132, 17996, 18212),    # 132 * 4096: one slab per SM
     (540673, 8192, 1024, 67, 67, 34956, 35364),     # 66 * 8192 = 540672 < 540673
     (2**20, 8192, 1024, 128, 128, 34956, 35364),    # 2**20 / 8192 = 128 <= 132
+    (1081344, 8192, 1024, 132, 132, 34956, 35364),  # 132 * 8192: one slab per SM
+    # streaming: 1081345 / 4096 -> 264 + 1 = 265 slabs, per = ceil(265 / 132) = 3, grid
+    # ceil(265 / 3) = 89; 4 * 1081344 = 4325376: 1056 slabs, per 8, grid 132
+    (1081345, 4096, 512, 265, 89, 17996, 18212),
+    (4325376, 4096, 512, 1056, 132, 17996, 18212),
+    # dense past 4 * 1081344: the default chunk again (varlen: SM90_STREAMING below)
+    (4325377, 8192, 1024, 529, 106, 34956, 35364),  # 529 slabs, per 5, grid 106
     (2**24, 8192, 1024, 2048, 128, 34956, 35364),   # per 16 (1980 < 2048 <= 2112); 2048 / 16
     (2**24 + 1, 8192, 1024, 2049, 129, 34956, 35364),  # per 16; 16 * 128 = 2048 < 2049
 ]
+# varlen streams past 132 * 8192 at any batch: slab 4096 (512 threads)
+SM90_STREAMING = {
+    4325377: (4096, 512, 1057, 118, 17996, 18212),  # per 9 (132 * 8 = 1056 < 1057)
+    2**24: (4096, 512, 4096, 128, 17996, 18212),        # per 32 (132 * 31 = 4092 < 4096)
+    2**24 + 1: (4096, 512, 4097, 129, 17996, 18212),    # per 32; 32 * 128 = 4096 < 4097
+}
 
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_chunked_grid_for_huge_batches(sm90, varlen):
-    for batch, chunk, threads, slabs, grid, dense_b, varlen_b in SM90_CHUNKED:
+    for row in SM90_CHUNKED:
+        batch = row[0]
+        chunk, threads, slabs, grid, dense_b, varlen_b = (
+            SM90_STREAMING[batch] if varlen and batch in SM90_STREAMING else row[1:])
         p = run_plan(batch, sm90, varlen)
         assert (p.variant, p.code.capacity, p.threads, p.grid) \
             == ("chunked", chunk, threads, grid), batch
@@ -216,12 +233,13 @@ def test_chunked_grid_for_huge_batches(sm90, varlen):
 
 def test_chunked_plan_follows_the_device_sm_count():
     # 78 SMs: slab 2048 up to 78 * 2048 = 159744 (78 slabs, 78 blocks); 159745 takes
-    # slab 4096 (up to 78 * 4096 = 319488): 39 * 4096 = 159744 < 159745 -> 40 slabs, 40
-    # blocks (before the slabs, the default chunk: 19 * 8192 = 155648 < 159745, 20 slabs)
+    # slab 4096 (512 threads, up to 78 * 4096 = 319488): 39 * 4096 = 159744 < 159745 ->
+    # 40 slabs, 40 blocks (before the slabs, the default chunk: 19 * 8192 = 155648 <
+    # 159745, 20 slabs)
     lim = limits_for_arch("sm_90", 78)
     assert (run_plan(159744, lim).code.capacity, run_plan(159744, lim).grid) == (2048, 78)
     p = run_plan(159745, lim)
-    assert (p.code.capacity, p.threads, p.grid) == (4096, 1024, 40)
+    assert (p.code.capacity, p.threads, p.grid) == (4096, 512, 40)
     # 2**24: per = ceil(2048 / 78) = 27, grid = ceil(2048 / 27) = 76 (27 * 75 = 2025 < 2048)
     assert run_plan(2**24, lim).grid == 76
     # 4 SMs: 4 * 1024 = 4096 and 4 * 2048 = 8192, so no batch past the static buckets
@@ -229,15 +247,19 @@ def test_chunked_plan_follows_the_device_sm_count():
     # < 8193 -> 3 slabs, 3 blocks; 16385 takes the default chunk: 3 slabs of 8192
     lim = limits_for_arch("sm_90", 4)
     p = run_plan(8193, lim)
-    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 4096, 1024, 3)
+    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 4096, 512, 3)
     p = run_plan(16384, lim)
-    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 4096, 1024, 4)
+    assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 4096, 512, 4)
     p = run_plan(16385, lim)
     assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 8192, 1024, 3)
     assert run_plan(2**24, lim).grid == 4                  # per = 2048 / 4 = 512
-    # one SM: 1 * 4096 < 8193, so no slab; one block however large the batch
+    # one SM: 1 * 4096 < 8193, so no slab of one per block; past 1 * 8192 the streaming
+    # slab 4096 (dense up to 4 * 8192 = 32768); one block however large the batch
     lim = limits_for_arch("sm_90", 1)
-    assert (run_plan(8193, lim).code.capacity, run_plan(8193, lim).grid) == (8192, 1)
+    assert (run_plan(8193, lim).code.capacity, run_plan(8193, lim).grid) == (4096, 1)
+    assert (run_plan(32769, lim).code.capacity, run_plan(32769, lim).grid) == (8192, 1)
+    assert (run_plan(32769, lim, True).code.capacity, run_plan(32769, lim, True).grid) \
+        == (4096, 1)
     assert run_plan(2**24, lim).grid == 1
     # 2000 SMs: slab 1024 up to 2000 * 1024 = 2048000: 2000 slabs, at most 256 blocks (its
     # 256 threads): per = ceil(2000 / 256) = 8 (256 * 7 = 1792 < 2000), grid 2000 / 8 = 250
@@ -248,13 +270,14 @@ def test_chunked_plan_follows_the_device_sm_count():
     # threads): per = ceil(2000 / 512) = 4, grid = 2000 / 4 = 500
     p = run_plan(4096000, lim)
     assert (p.code.capacity, p.threads, p.grid) == (2048, 512, 500)
-    # slab 4096 up to 2000 * 4096 = 8192000: 2000 slabs, at most 1024 blocks: per 2,
-    # grid 1000
+    # slab 4096 up to 2000 * 4096 = 8192000: 2000 slabs, at most 512 blocks (its 512
+    # threads): per 4, grid 500
     p = run_plan(8192000, lim)
-    assert (p.code.capacity, p.threads, p.grid) == (4096, 1024, 1000)
-    # 2**24 on 2000 SMs: 2048 slabs of 8192, at most 1024 blocks -> per 2, grid 1024
+    assert (p.code.capacity, p.threads, p.grid) == (4096, 512, 500)
+    # 2**24 on 2000 SMs: 2048 slabs of 8192 > 2000, within 4 per SM: streaming slabs,
+    # 4096 of them, at most 512 blocks -> per 8, grid 512
     p = run_plan(2**24, lim)
-    assert (p.code.capacity, p.threads, p.grid) == (8192, 1024, 1024)
+    assert (p.code.capacity, p.threads, p.grid) == (4096, 512, 512)
     # the plan's num_sms argument (the output's SM count) moves none of it
     for num_sms in (1, 78, 132, 4096):
         p = run_plan(2**24, limits_for_arch("sm_90", 78), num_sms=num_sms)
@@ -263,22 +286,24 @@ def test_chunked_plan_follows_the_device_sm_count():
 
 # (sm_count, [(batch, chunk, threads, slabs, grid)]) on hand-built sm_90 devices (1 KiB
 # reserved, 48 KiB static: the bytes of each (chunk, threads) are those of sm_90:
-# 1024 / 256 -> 5292 (5412), 2048 / 512 -> 9548 (9764), 4096 / 1024 -> 18060 (18468),
+# 1024 / 256 -> 5292 (5412), 2048 / 512 -> 9548 (9764), 4096 / 512 -> 17996 (18212),
 # 8192 / 1024 -> 34956 (35364) B); a slab serves up to sm_count * slab;
 # grid = ceil(slabs / per), per = ceil(slabs / min(slabs, sm_count, threads, 1024))
 SLAB_BYTES = {(1024, 256): (5292, 5412), (2048, 512): (9548, 9764),
-              (4096, 1024): (18060, 18468), (8192, 1024): (34956, 35364)}
+              (4096, 512): (17996, 18212), (8192, 1024): (34956, 35364)}
 DEVICE_SLAB_EDGES = [
     pytest.param(78, [
         (8193, 1024, 256, 9, 9),            # 8 * 1024 = 8192 < 8193
         (79872, 1024, 256, 78, 78),         # 78 * 1024: one slab per SM
         (79873, 2048, 512, 40, 40),         # 39 * 2048 = 79872 < 79873
         (159744, 2048, 512, 78, 78),        # 78 * 2048
-        (159745, 4096, 1024, 40, 40),       # 39 * 4096 = 159744 < 159745
-        (319488, 4096, 1024, 78, 78),       # 78 * 4096
+        (159745, 4096, 512, 40, 40),        # 39 * 4096 = 159744 < 159745
+        (319488, 4096, 512, 78, 78),        # 78 * 4096
         (319489, 8192, 1024, 40, 40),       # 39 * 8192 = 319488 < 319489
         # 2048 slabs: per = ceil(2048 / 78) = 27 (78 * 26 = 2028 < 2048), 2048 / 27 -> 76
-        (2**24, 8192, 1024, 2048, 76),
+        (2**24, 8192, 1024, 2048, 76,
+         # varlen streams: 4096 slabs, per = ceil(4096 / 78) = 53, 4096 / 53 -> 78
+         (4096, 512, 4096, 78)),
     ], id="78-sms"),
     pytest.param(300, [
         (8193, 1024, 256, 9, 9),
@@ -289,22 +314,25 @@ DEVICE_SLAB_EDGES = [
         (307200, 1024, 256, 300, 150),
         (307201, 2048, 512, 151, 151),      # 150 * 2048 = 307200 < 307201
         (614400, 2048, 512, 300, 300),      # 300 * 2048: 300 <= 512 blocks
-        (614401, 4096, 1024, 151, 151),     # 150 * 4096 = 614400 < 614401
-        (1228800, 4096, 1024, 300, 300),    # 300 * 4096
+        (614401, 4096, 512, 151, 151),      # 150 * 4096 = 614400 < 614401
+        (1228800, 4096, 512, 300, 300),     # 300 * 4096
         (1228801, 8192, 1024, 151, 151),    # 150 * 8192 = 1228800 < 1228801
         # 2048 slabs: per = ceil(2048 / 300) = 7 (300 * 6 = 1800 < 2048), grid
         # ceil(2048 / 7) = 293 (7 * 292 = 2044 < 2048)
-        (2**24, 8192, 1024, 2048, 293),
+        (2**24, 8192, 1024, 2048, 293,
+         # varlen streams: 4096 slabs, per = ceil(4096 / 300) = 14, 4096 / 14 -> 293
+         (4096, 512, 4096, 293)),
     ], id="300-sms"),
     pytest.param(5, [
         # 5 * 1024 = 5120 and 5 * 2048 = 10240: 8193 takes slab 2048 (slab 1024 would
         # need 9 > 5 slabs): 4 * 2048 = 8192 < 8193 -> 5 slabs
         (8193, 2048, 512, 5, 5),
         (10240, 2048, 512, 5, 5),           # 5 * 2048
-        (10241, 4096, 1024, 3, 3),          # 2 * 4096 = 8192 < 10241 <= 12288
-        (20480, 4096, 1024, 5, 5),          # 5 * 4096
+        (10241, 4096, 512, 3, 3),           # 2 * 4096 = 8192 < 10241 <= 12288
+        (20480, 4096, 512, 5, 5),           # 5 * 4096
         (20481, 8192, 1024, 3, 3),          # 2 * 8192 = 16384 < 20481 <= 24576
-        (2**24, 8192, 1024, 2048, 5),       # per = ceil(2048 / 5) = 410, 2048 / 410 -> 5
+        (2**24, 8192, 1024, 2048, 5,        # per = ceil(2048 / 5) = 410, 2048 / 410 -> 5
+         (4096, 512, 4096, 5)),             # varlen: per 820, 4096 / 820 -> 5
     ], id="5-sms"),
 ]
 
@@ -314,7 +342,9 @@ DEVICE_SLAB_EDGES = [
 def test_slab_boundaries_follow_the_device_sm_count(sm_count, rows, varlen):
     lim = limits_for_arch("sm_90", sm_count)
     assert lim.sm_count == sm_count
-    for batch, chunk, threads, slabs, grid in rows:
+    for batch, chunk, threads, slabs, grid, *streaming in rows:
+        if varlen and streaming:  # varlen takes the streaming slab there
+            chunk, threads, slabs, grid = streaming[0]
         p = run_plan(batch, lim, varlen)
         assert (p.variant, p.code.capacity, p.threads, p.grid) \
             == ("chunked", chunk, threads, grid), batch

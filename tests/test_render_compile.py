@@ -110,9 +110,9 @@ CASES = [
     # 132 * 1024 < 135169 <= 132 * 2048: slabs of 2048 at 512 threads, 2113 * 4 + 288 + 1024
     ("sm90-chunked-varlen-smxx", "sm_90", 135169, True, "smxx", 256, {},
      ("chunked", 2048, 512), (9764, 0)),
-    # 132 * 2048 < 270337 <= 132 * 4096: slabs of 4096 at 1024 threads, 4225 * 4 + 136 + 1024
+    # 132 * 2048 < 270337 <= 132 * 4096: slabs of 4096 at 512 threads, 4225 * 4 + 72 + 1024
     ("sm90-chunked-dense-smxx-c4096", "sm_90", 270337, False, "smxx", 256, {},
-     ("chunked", 4096, 1024), (18060, 0)),
+     ("chunked", 4096, 512), (17996, 0)),
     # past 132 * 4096 = 540672: slabs of 8192 at 1024 threads, 8449 * 4 + 136 + 1024
     ("sm90-chunked-dense-smxx-c8192", "sm_90", 540673, False, "smxx", 256, {},
      ("chunked", 8192, 1024), (34956, 0)),
@@ -430,7 +430,7 @@ SWEEP = ([(cap, {}) for cap in (1024, 2048, 4096, 8192)]
             for t in (32, 96, 1024)]
          + [(10**5, {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c})
             for c in (32, 1000, 4095)]
-         + [(10**5, {}), (2 * 10**5, {}), (4 * 10**5, {}), (10**6, {})])  # chunked slabs
+         + [(10**5, {}), (2 * 10**5, {}), (4 * 10**5, {}), (6 * 10**5, {})])  # chunked slabs
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -449,9 +449,14 @@ def test_compiled_smem_equals_formula_sweep(arch, varlen):
         t = code.threads
         if not knobs and code.variant == "static":
             assert t == static_threads(code.capacity, 1024)
-        elif not knobs:  # the smallest slab with one per SM (132 on sm_90, 108 on sm_80)
-            want_chunk = next(((c, t_) for c, t_ in ((1024, 256), (2048, 512), (4096, 1024))
+        elif not knobs:  # the smallest slab with one per SM (132 on sm_90, 108 on sm_80),
+            # else the default chunk while one per SM, else the streaming slab (varlen;
+            # dense up to 4 default slabs per SM)
+            want_chunk = next(((c, t_) for c, t_ in ((1024, 256), (2048, 512), (4096, 512))
                                if batch <= lim.sm_count * c), (8192, 1024))
+            if want_chunk[0] == 8192 and batch > lim.sm_count * 8192 and (
+                    varlen or batch <= 4 * lim.sm_count * 8192):
+                want_chunk = (4096, 512)
             assert (code.variant, (code.capacity, t)) == ("chunked", want_chunk)
         elif "JITMETA_THREADS" in knobs:
             assert t == knobs["JITMETA_THREADS"]

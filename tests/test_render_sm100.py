@@ -51,8 +51,10 @@ CASES = [
     # chunked slabs of 1024 at 256 threads (batch <= 132 * 1024)
     ("sm_100", 10**5, False, {}, ("chunked", 1024, 256), (1058 * 4 + 80 + 1024, 0)),
     ("sm_90", 10**5, True, {}, ("chunked", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
-    # 2^24 tokens: slabs of 8192 at 1024 threads
-    ("sm_100", 2**24, True, {}, ("chunked", 8192, 1024), (8450 * 4 + 816 + 1024, 0)),
+    # 2^24 tokens: varlen, streaming slabs of 4096 at 512 threads (tile_words(4096) =
+    # 4225 -> 4226; scratch 18 * 24 = 432); dense, slabs of 8192 at 1024 threads
+    ("sm_100", 2**24, True, {}, ("chunked", 4096, 512), (4226 * 4 + 432 + 1024, 0)),
+    ("sm_100", 2**24, False, {}, ("chunked", 8192, 1024), (8450 * 4 + 272 + 1024, 0)),
     # an odd tile: tile_words(100) = 104 words (even already); tile_words(32) = 34
     ("sm_90", 10**4, True, {"JITMETA_CHUNK": 100, "JITMETA_THREADS": 64},
      ("chunked", 100, 64), (104 * 4 + 4 * 24 + 1024, 0)),

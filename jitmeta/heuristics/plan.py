@@ -16,7 +16,9 @@ Variants (identical output):
   memory, unlimited batch. Chosen past the static buckets: several blocks load and
   scan in parallel, so it beats one block of dynamic shared memory, which serves a
   batch only when forced. The slab is the smallest of SLAB_SIZES that still gives
-  every block one slab at most (measured fastest on an H200), else the default chunk.
+  every block one slab at most (measured fastest on an H200); past that, the default
+  chunk while it is one per block, then STREAM_SLAB (varlen; dense up to
+  DENSE_STREAM_SLABS default slabs per SM), then the default chunk again.
 
 What differs between kernel families that share this tile-scan design (the size of a
 scan summary, of a block's workspace slot) comes in as a :class:`TileLayout`; the
@@ -44,6 +46,14 @@ MIN_STATIC_CAPACITY = 1024
 DEFAULT_THREADS = 1024
 DEFAULT_CHUNK = 8192
 SLAB_SIZES = (1024, 2048, 4096)  # smaller chunked slabs, while one per block suffices
+# Past one default slab per SM, slabs of STREAM_SLAB (when summed in registers: at 512
+# threads) serve varlen batches, and dense ones up to DENSE_STREAM_SLABS default slabs per SM.
+# On an H200 (132 SMs) against 8192-element slabs at 1024 threads: varlen 2^21 17.91 ->
+# 14.81 us, 2^24 50.19 -> 47.15 ("sm100" 58.46 -> 50.99); dense next_n=1 2^21 10.45 ->
+# 9.36, 2^23 13.77 -> 12.92, but 2^24 26.01 -> 28.37 and next_n=2 2^23 24.63 -> 25.58
+# (docs/benchmarks/experiments/2026-12-04-NVIDIA_H200-c768ba2-configs-stream.json).
+STREAM_SLAB = 4096
+DENSE_STREAM_SLABS = 4
 MAX_GRID = 1024     # blocks of a chunked launch at most
 EPOCH_WORDS = 4     # workspace words before the first slot (the epoch, padded)
 REG_PER_THREAD = 8  # elements per thread of a chunked slab summed in registers
@@ -224,8 +234,11 @@ def static_threads(capacity: int, threads: int) -> int:
 
 def slab_threads(capacity: int, threads: int) -> int:
     """Default block size of a chunked slab: a quarter of its capacity, 256 to
-    ``threads`` (a small block reaches its barriers sooner)."""
-    return _block_size(capacity, threads, 4)
+    ``threads`` (a small block reaches its barriers sooner); from STREAM_SLAB up an
+    eighth (REG_PER_THREAD elements per thread: the slab is summed in registers). On an
+    H200, 4096-element slabs one per block: 512 threads 5.61 us at 2^19 dense against
+    6.75 at 1024, varlen 8.92 against 11.13."""
+    return _block_size(capacity, threads, REG_PER_THREAD if capacity >= STREAM_SLAB else 4)
 
 
 def _threads(limits: DeviceLimits, knobs: Knobs) -> int:
@@ -295,6 +308,10 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         if chunk_forced is None:  # the smallest slab that still is one per block
             small = next((c for c in SLAB_SIZES
                           if c < chunk and batch <= lim.sm_count * c), None)
+            if (small is None and chunk > STREAM_SLAB and batch > lim.sm_count * chunk
+                    and (varlen or batch <= DENSE_STREAM_SLABS * lim.sm_count * chunk)
+                    and register_slabs(STREAM_SLAB, own_threads(slab_threads, STREAM_SLAB))):
+                small = STREAM_SLAB  # several slabs per block: streaming slabs
             if small is not None:
                 slab, t = small, own_threads(slab_threads, small)
         smem = smem_chunked(slab, t, layout, rsv)
@@ -345,6 +362,8 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, knobs: Kno
     points.update((dyn_max, dyn_max + 1))
     for c in SLAB_SIZES:  # the chunked variant's slab changes there
         points.update((lim.sm_count * c, lim.sm_count * c + 1))
+    for k in (1, DENSE_STREAM_SLABS):  # and where streaming slabs start and end
+        points.update((k * lim.sm_count * DEFAULT_CHUNK, k * lim.sm_count * DEFAULT_CHUNK + 1))
     return sorted(p for p in points if lo <= p <= hi)
 
 
