@@ -4,11 +4,11 @@ For a planner change the main benchmark does not try (the block size and slab si
 the chunked variant, and its blocks per SM; or a single-block variant): each
 configuration of :data:`CONFIGS` is planned under its knobs, timed by CUDA-graph replay
 in the main benchmark's graph shape (``benchmark_metadata.GraphTimer``: 20 back-to-back
-calls with ``out=``, median of 5 repeats) on the same inputs as the others, and the output of the timed replays is
-compared with the reference (``torch.equal``). "Blocks per SM" above one lets the
-chunked grid exceed one block per SM (the planner's rule is at most one); a
-cooperative launch the device refuses is retried with fewer blocks by the launcher, and
-the record says which grid ran.
+calls with ``out=``, median of 5 repeats) on the same inputs as the others, and the
+output of the timed replays is compared with the reference (``torch.equal``). "Blocks
+per SM" above one lets the chunked grid exceed one block per SM (the planner's rule is
+at most one); a cooperative launch the device refuses is retried with fewer blocks by
+the launcher, and the record says which grid ran.
 
     python bench/compare_configs.py [--out DIR] [--cases SUBSTR] [--configs A,B,...]
                                     [--modes M,...] [--batches B,...]

@@ -47,7 +47,8 @@ DEFAULT_THREADS = 1024
 DEFAULT_CHUNK = 8192
 SLAB_SIZES = (1024, 2048, 4096)  # smaller chunked slabs, while one per block suffices
 # Past one default slab per SM, slabs of STREAM_SLAB (when summed in registers: at 512
-# threads) serve varlen batches, and dense ones up to DENSE_STREAM_SLABS default slabs per SM.
+# threads) serve varlen batches, and dense ones up to DENSE_STREAM_SLABS default slabs per
+# SM.
 # On an H200 (132 SMs) against 8192-element slabs at 1024 threads: varlen 2^21 17.91 ->
 # 14.81 us, 2^24 50.19 -> 47.15 ("sm100" 58.46 -> 50.99); dense next_n=1 2^21 10.45 ->
 # 9.36, 2^23 13.77 -> 12.92, but 2^24 26.01 -> 28.37 and next_n=2 2^23 24.63 -> 25.58
@@ -287,6 +288,19 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         while chunk > 32 and smem_chunked(chunk, threads, layout, rsv) > lim.smem_static_bytes:
             chunk //= 2
 
+    def unforced_slab() -> int:
+        """The smallest slab that still is one per block; past one default chunk per
+        SM, the streaming slab (varlen; dense up to DENSE_STREAM_SLABS per SM) where it
+        is summed in registers; else the default chunk."""
+        for c in SLAB_SIZES:
+            if c < chunk and batch <= lim.sm_count * c:
+                return c
+        per_sm = -(-batch // (lim.sm_count * chunk))  # default chunks per SM, rounded up
+        if (chunk > STREAM_SLAB and per_sm > 1 and (varlen or per_sm <= DENSE_STREAM_SLABS)
+                and register_slabs(STREAM_SLAB, own_threads(slab_threads, STREAM_SLAB))):
+            return STREAM_SLAB
+        return chunk
+
     def make(variant: str, why: str) -> Plan | None:
         if variant == "static":
             cap = _bucket(batch)
@@ -305,15 +319,10 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
                         f"{why}: dynamic tile of {batch} elements, {st + dyn} B <= "
                         f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
         slab, t = chunk, threads
-        if chunk_forced is None:  # the smallest slab that still is one per block
-            small = next((c for c in SLAB_SIZES
-                          if c < chunk and batch <= lim.sm_count * c), None)
-            if (small is None and chunk > STREAM_SLAB and batch > lim.sm_count * chunk
-                    and (varlen or batch <= DENSE_STREAM_SLABS * lim.sm_count * chunk)
-                    and register_slabs(STREAM_SLAB, own_threads(slab_threads, STREAM_SLAB))):
-                small = STREAM_SLAB  # several slabs per block: streaming slabs
-            if small is not None:
-                slab, t = small, own_threads(slab_threads, small)
+        if chunk_forced is None:
+            slab = unforced_slab()
+            if slab != chunk:
+                t = own_threads(slab_threads, slab)
         smem = smem_chunked(slab, t, layout, rsv)
         if smem > lim.smem_static_bytes:
             return None
