@@ -619,6 +619,76 @@ struct Engine : F {
         return v;
     }
 
+    // --- one block holding the whole batch, read into registers -----------------------
+    //
+    // A static tile of 8 elements per thread (capacity == 8 * THREADS) is loaded as a
+    // register slab is: thread t reads its own elements [8t, 8t + 8) of the batch (16-byte
+    // loads when the inputs are aligned, next_n is 1 and all 8 lie in the batch; else one
+    // clamped load each), summarizes them in registers for the block scan and writes their
+    // words, and the halo, into the tile for the rows. Against load_tile + scan_tile: 4
+    // (varlen) or 2 (dense) loads per thread instead of 24 or 8, no read of the tile
+    // before the scan. Slices are [8t, 8t + 8) clipped to the batch, not slice()'s.
+
+    // Clamped scalar loads of position `pos` of a slab at lo (any alignment, any next_n,
+    // elements past the batch read its last one), in the layout reg_fetch leaves.
+    __device__ __forceinline__ static void reg_fetch_scalar(RegFetched& f,
+                                                            const int* __restrict__ ctx,
+                                                            const int* __restrict__ idx,
+                                                            u32 lo, u32 batch, u32 next_n,
+                                                            u32 pos) {
+        const u32 top = batch - 1u, e0 = lo + pos * 8u;
+        int* c = reinterpret_cast<int*>(&f.v[0]);
+#pragma unroll
+        for (u32 k = 0; k < 8u; ++k) {
+            const u32 e = min(e0 + k, top);
+            c[k] = VARLEN ? __ldg(ctx + e) : __ldg(ctx + (u64)e * next_n + (next_n - 1u));
+        }
+        if constexpr (VARLEN) {
+            int* id = reinterpret_cast<int*>(&f.v[2]);
+#pragma unroll
+            for (u32 k = 0; k < 8u; ++k) id[k] = __ldg(idx + min(e0 + k, top));
+            f.pid = __ldg(idx + min(e0 ? e0 - 1u : 0u, top));
+            const u32 e1 = min(e0 + 8u, top);
+            f.nc = __ldg(ctx + e1);
+            f.nid = __ldg(idx + e1);
+        }
+    }
+
+    template <u32 CAPACITY>
+    __device__ __forceinline__ static void whole(u32* tile, const int* __restrict__ ctx,
+                                                 const int* __restrict__ idx, u32 batch,
+                                                 u32 next_n, u32 mult, u32 num_sms,
+                                                 int* __restrict__ out, Scratch& sc) {
+        static_assert(kRegSlabs<CAPACITY>, "8 elements per thread");
+        const u32 pos = threadIdx.x, e0 = 8u * pos;
+        RegFetched f;
+        if (reg_capable(ctx, idx, next_n) && e0 + 8u <= batch)  // per thread: no exchange
+            reg_fetch(f, ctx, idx, 0u, batch, pos);
+        else
+            reg_fetch_scalar(f, ctx, idx, 0u, batch, next_n, pos);
+        u32 w[9];
+        reg_words(f, 0u, pos, mult, w);  // every lane: it shuffles
+        // Past the batch: dense, no work; varlen, the halo's boundary word (seg 0), so
+        // these words add nothing to the summary either (a run of one token of no work).
+#pragma unroll
+        for (u32 k = 0; k < 9u; ++k)
+            if (e0 + k >= batch) w[k] = VARLEN ? kBoundary : 0u;
+        // this thread's words, and the halo (element `batch`) when it falls here: at
+        // its k < 8, or after the last thread's 8 when the batch fills the tile
+#pragma unroll
+        for (u32 k = 0; k < 8u; ++k)
+            if (e0 + k <= batch) tile[pad(e0 + k)] = w[k];
+        if (e0 + 8u == batch && pos + 1u == THREADS) tile[pad(batch)] = w[8];
+        Scanned<S> t;
+        t.b = min(batch, e0);
+        t.end = min(batch, e0 + 8u);
+        t.after = VARLEN ? w[8] : 0u;  // (the halo when the slice ends the batch)
+        t.before = block_exclusive_scan(fold_words(w, 0u, pos, mult), sc, &t.block);
+        // (the scan's barriers order the tile writes before any read of another slice)
+        emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
+                     num_sms, out, sc);
+    }
+
     template <u32 CHUNK>
     __device__ __forceinline__ static void chunked(u32* tile, const int* __restrict__ ctx,
                                                    const int* __restrict__ idx, u32 batch,

@@ -277,6 +277,113 @@ def test_chunked_register_slabs():
     check_all(cases, "register slabs")
 
 
+def static_register_cases(rng: random.Random, g: torch.Generator, threads: int,
+                          schedule: str) -> list[Case]:
+    """Static tiles of 8 elements per thread (read into registers): batches that fill
+    the tile, end a thread's 8 exactly or inside them; varlen runs ending and starting
+    at thread and warp edges; dense next_n 1..3; aligned or not."""
+    cap = 8 * threads
+    batches = (cap, cap - 1, cap - 8, cap - 9, cap // 2 + 1, rng.randint(cap // 2 + 2, cap))
+    cases = []
+    for k, batch in enumerate(batches):
+        misalign = (0, 4, 0, 12, 0, 8)[k]
+        for run in (1, 2, 7, 8, 9, 33, 0):
+            offset = rng.randint(0, max(1, run) - 1)
+            kind = rng.choice(INDEX_KINDS)
+            idx = (indices(kind, batch, rng, g) if run == 0 else
+                   ((torch.arange(batch) + offset) // run).to(torch.int32))
+            ctx = fit_u32(lengths(rng.choice(("mixed", "edges", "zeros")), batch, 1, g), idx)
+            num_sms = rng.choice((1, 3, 132, batch + 5))
+            p = plan_case("static", batch, 1, True, num_sms, schedule, threads)
+            cases.append(Case(p, ctx, idx, num_sms, misalign=misalign,
+                              seed=rng.getrandbits(32),
+                              label=f"{p.code.name} batch={batch} runs of {run or kind} "
+                                    f"from {offset} num_sms={num_sms} misalign={misalign}"))
+        for next_n in (1, 2, 3):
+            cases.append(make_case(rng, g, "static", False, schedule, batch, next_n=next_n,
+                                   threads=threads, misalign=misalign))
+    if schedule == "sm100":  # a total of 2^31 or more: the rows are walked, not searched
+        batch = rng.choice(batches)
+        idx = indices(rng.choice(INDEX_KINDS), batch, rng, g)
+        ctx = torch.full((batch, 1), INT32_MAX, dtype=torch.int32)
+        num_sms = rng.choice((132, batch + 5))
+        p = plan_case("static", batch, 1, True, num_sms, schedule, threads)
+        cases.append(Case(p, ctx, idx, num_sms, seed=rng.getrandbits(32),
+                          label=f"{p.code.name} batch={batch} num_sms={num_sms} total past "
+                                "2^31"))
+    assert all(c.plan.code.capacity == cap for c in cases), [c.label for c in cases]
+    return cases
+
+
+def test_static_register_tiles():
+    """One block holding the whole batch, 8 elements per thread, loaded into registers
+    (16-byte loads where the inputs are aligned, next_n is 1 and a thread's 8 lie in
+    the batch; else one load each), every format."""
+    rng, g = rngs("static register tiles")
+    cases = []
+    for threads in (128, 256):  # tiles of 1024 and 2048 elements (the smallest buckets)
+        for schedule in ("smxx", "sm90", "sm100"):
+            cases += static_register_cases(rng, g, threads, schedule)
+    check_all(cases, "static register tiles")
+
+
+STATIC_REGISTER_MUTANTS = [
+    ("words past the batch count as elements",
+     [(r"if \(e0 \+ k >= batch\) w\[k\] = VARLEN \? kBoundary : 0u;", "")]),
+    ("a slice's last token never sees the next slice",
+     [(r"t\.after = VARLEN \? w\[8\] : 0u;", "t.after = VARLEN ? kBoundary : 0u;")]),
+    ("a thread's unaligned loads miss the index before its tokens",
+     [(r"f\.pid = __ldg\(idx \+ min\(e0 \? e0 - 1u : 0u, top\)\);",
+       "f.pid = __ldg(idx + min(e0, top));")]),
+    ("the halo of a full tile is not written",
+     [(r"if \(e0 \+ 8u == batch && pos \+ 1u == THREADS\) tile\[pad\(batch\)\] = w\[8\];",
+       "")]),
+]
+
+
+@pytest.mark.parametrize("name,edits", STATIC_REGISTER_MUTANTS,
+                         ids=[m[0] for m in STATIC_REGISTER_MUTANTS])
+def test_broken_static_register_tile_is_caught(name, edits):
+    """Static register tiles of 128 and 256 threads, every format; plus "sm100" tiles
+    whose total reaches 2^31 (their rows are walked over the tile's words and halo)."""
+    rng, g = rngs("static register mutant", name)
+    cases = []
+    for threads, schedule in ((128, "smxx"), (256, "sm90"), (128, "sm100")):
+        cap = 8 * threads
+        for batch, misalign in ((cap, 0), (cap - 9, 4), (rng.randint(cap // 2 + 1, cap), 0)):
+            for run in (2, 9, 0):  # runs crossing slices at every parity; random runs
+                idx = (indices("runs", batch, rng, g) if run == 0 else
+                       (torch.arange(batch) // run).to(torch.int32))
+                ctx = fit_u32(lengths("mixed", batch, 1, g), idx)
+                num_sms = rng.choice((132, batch + 5))
+                p = plan_case("static", batch, 1, True, num_sms, schedule, threads)
+                cases.append(Case(p, ctx, idx, num_sms, misalign=misalign,
+                                  seed=rng.getrandbits(32),
+                                  label=f"{p.code.name} batch={batch} runs of {run or 'any'}"
+                                        f" num_sms={num_sms} misalign={misalign}"))
+            for next_n in (1, 2):
+                cases.append(make_case(rng, g, "static", False, schedule, batch, next_n=next_n,
+                                       threads=threads, misalign=misalign,
+                                       length_kind="mixed"))
+    # full tiles of one-token runs of 2^23 kv splits each: the last run ends at the halo,
+    # which the mutant leaves as garbage (a boundary bit by chance: 8 garbage seeds)
+    for threads in (128, 256) * 4:
+        batch = 8 * threads
+        idx = torch.arange(batch, dtype=torch.int32)
+        ctx = torch.full((batch, 1), INT32_MAX, dtype=torch.int32)
+        num_sms = batch + rng.randint(0, 9)  # an SM starts in every run, the last too
+        p = plan_case("static", batch, 1, True, num_sms, "sm100", threads)
+        cases.append(Case(p, ctx, idx, num_sms, misalign=0, seed=rng.getrandbits(32),
+                          label=f"{p.code.name} batch={batch} num_sms={num_sms} total past "
+                                "2^31"))
+    broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), edits)) for c in cases]
+    if any(c.source is None for c in broken):
+        pytest.fail(f"the kernel source no longer contains the code mutant '{name}' edits "
+                    f"({edits[0][0]!r}): update STATIC_REGISTER_MUTANTS")
+    check_all(cases, f"unbroken ({name})")
+    assert_mutant_caught(name, broken)
+
+
 def test_library_default_configurations():
     """The block sizes and tiles the planner picks by itself (no JITMETA_THREADS/CHUNK)."""
     rng, g = rngs("defaults")

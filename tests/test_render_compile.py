@@ -289,7 +289,7 @@ def test_source_parameters_are_the_planners_numbers():
         assert params["tile_words"] == O.tile_words(code.capacity)
         assert (params["slot_words"], params["max_grid"], params["epoch_words"]) \
             == (O.SLOT, O.MAX_BLOCKS, O.EPOCH)
-        assert params["register_slabs"] == (code.variant == "chunked"
+        assert params["register_slabs"] == (code.variant in ("static", "chunked")
                                             and code.capacity == 8 * code.threads)
         # the atom formats: rows are atoms; the C++ format type carries the code
         assert params["rows_are_tokens"] is False

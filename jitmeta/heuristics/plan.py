@@ -140,9 +140,10 @@ def chunked_grid(batch: int, chunk: int, sm_count: int, threads: int) -> int:
 
 
 def register_slabs(chunk: int, threads: int) -> bool:
-    """Whether a chunked kernel of ``chunk``-element slabs at ``threads`` threads sums
-    slabs in registers (REG_PER_THREAD elements per thread), and so keeps a summary per
-    warp and slab in its workspace."""
+    """Whether a kernel of ``chunk``-element slabs (static: tiles) at ``threads`` threads
+    reads them into registers, REG_PER_THREAD elements per thread: a static kernel then
+    loads and summarizes its batch there; a chunked one sums slabs there, and so keeps
+    a summary per warp and slab in its workspace."""
     return chunk == REG_PER_THREAD * threads
 
 
