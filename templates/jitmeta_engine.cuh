@@ -619,15 +619,17 @@ struct Engine : F {
         return v;
     }
 
-    // --- one block holding the whole batch, read into registers -----------------------
+    // --- a slab read into registers, words kept in the tile -----------------------------
     //
-    // A static tile of 8 elements per thread (capacity == 8 * THREADS) is loaded as a
-    // register slab is: thread t reads its own elements [8t, 8t + 8) of the batch (16-byte
-    // loads when the inputs are aligned, next_n is 1 and all 8 lie in the batch; else one
-    // clamped load each), summarizes them in registers for the block scan and writes their
-    // words, and the halo, into the tile for the rows. Against load_tile + scan_tile: 4
-    // (varlen) or 2 (dense) loads per thread instead of 24 or 8, no read of the tile
-    // before the scan. Slices are [8t, 8t + 8) clipped to the batch, not slice()'s.
+    // A slab of 8 elements per thread (CHUNK == 8 * THREADS) that must stay in shared
+    // memory for its rows (a static tile: the whole batch; a chunked block's last slab)
+    // is loaded as a register slab is: thread t reads its own elements [lo + 8t,
+    // lo + 8t + 8) (16-byte loads when the inputs are aligned, next_n is 1 and all 8
+    // lie in the batch; else one clamped load each), summarizes them in registers for
+    // the block scan and writes their words, and the halo, into the tile. Against
+    // load_tile + scan_tile: 4 (varlen) or 2 (dense) loads per thread instead of 24 or
+    // 8, and no read of the tile before the scan. Slices are [8t, 8t + 8) clipped to
+    // the slab, not slice()'s.
 
     // Clamped scalar loads of position `pos` of a slab at lo (any alignment, any next_n,
     // elements past the batch read its last one), in the layout reg_fetch leaves.
@@ -654,37 +656,53 @@ struct Engine : F {
         }
     }
 
+    // Loads slab [lo, lo + n) (n <= CHUNK; the batch's last slab when n < CHUNK) into
+    // tile elements 0..n-1 and its halo into element n, and scans it (as load_tile,
+    // a barrier and scan_tile do, with this thread's slice [8t, 8t + 8) of it).
+    template <u32 CHUNK>
+    __device__ __forceinline__ static Scanned<S> reg_scan(u32* tile, const int* __restrict__ ctx,
+                                                          const int* __restrict__ idx, u32 lo,
+                                                          u32 n, u32 batch, u32 next_n,
+                                                          u32 mult, Scratch& sc) {
+        static_assert(kRegSlabs<CHUNK>, "8 elements per thread");
+        const u32 pos = threadIdx.x, i0 = 8u * pos, e0 = lo + i0;
+        RegFetched f;
+        if (reg_capable(ctx, idx, next_n) && e0 + 8u <= batch)  // per thread: no exchange
+            reg_fetch(f, ctx, idx, lo, batch, pos);
+        else
+            reg_fetch_scalar(f, ctx, idx, lo, batch, next_n, pos);
+        u32 w[9];
+        reg_words(f, lo, pos, mult, w);  // every lane: it shuffles
+        // Past the batch: dense, no work; varlen, the halo's boundary word (seg 0), so
+        // these words add nothing to the summary either (a run of one token of no work).
+        // (A slab that is not the batch's last is full: its 8 * THREADS words and halo
+        // are tokens of the batch.)
+#pragma unroll
+        for (u32 k = 0; k < 9u; ++k)
+            if (e0 + k >= batch) w[k] = VARLEN ? kBoundary : 0u;
+        // this thread's words, and the halo (element n) when it falls here: at its
+        // k < 8, or after the last thread's 8 when the slab fills the tile
+#pragma unroll
+        for (u32 k = 0; k < 8u; ++k)
+            if (i0 + k <= n) tile[pad(i0 + k)] = w[k];
+        if (i0 + 8u == n && pos + 1u == THREADS) tile[pad(n)] = w[8];
+        Scanned<S> t;
+        t.b = min(n, i0);
+        t.end = min(n, i0 + 8u);
+        t.after = VARLEN ? w[8] : 0u;  // (the halo when the slice ends the slab)
+        t.before = block_exclusive_scan(fold_words(w, lo, pos, mult), sc, &t.block);
+        // (the scan's barriers order the tile writes before any read of another slice)
+        return t;
+    }
+
+    // A static tile of 8 elements per thread: the whole batch read into registers.
     template <u32 CAPACITY>
     __device__ __forceinline__ static void whole(u32* tile, const int* __restrict__ ctx,
                                                  const int* __restrict__ idx, u32 batch,
                                                  u32 next_n, u32 mult, u32 num_sms,
                                                  int* __restrict__ out, Scratch& sc) {
-        static_assert(kRegSlabs<CAPACITY>, "8 elements per thread");
-        const u32 pos = threadIdx.x, e0 = 8u * pos;
-        RegFetched f;
-        if (reg_capable(ctx, idx, next_n) && e0 + 8u <= batch)  // per thread: no exchange
-            reg_fetch(f, ctx, idx, 0u, batch, pos);
-        else
-            reg_fetch_scalar(f, ctx, idx, 0u, batch, next_n, pos);
-        u32 w[9];
-        reg_words(f, 0u, pos, mult, w);  // every lane: it shuffles
-        // Past the batch: dense, no work; varlen, the halo's boundary word (seg 0), so
-        // these words add nothing to the summary either (a run of one token of no work).
-#pragma unroll
-        for (u32 k = 0; k < 9u; ++k)
-            if (e0 + k >= batch) w[k] = VARLEN ? kBoundary : 0u;
-        // this thread's words, and the halo (element `batch`) when it falls here: at
-        // its k < 8, or after the last thread's 8 when the batch fills the tile
-#pragma unroll
-        for (u32 k = 0; k < 8u; ++k)
-            if (e0 + k <= batch) tile[pad(e0 + k)] = w[k];
-        if (e0 + 8u == batch && pos + 1u == THREADS) tile[pad(batch)] = w[8];
-        Scanned<S> t;
-        t.b = min(batch, e0);
-        t.end = min(batch, e0 + 8u);
-        t.after = VARLEN ? w[8] : 0u;  // (the halo when the slice ends the batch)
-        t.before = block_exclusive_scan(fold_words(w, 0u, pos, mult), sc, &t.block);
-        // (the scan's barriers order the tile writes before any read of another slice)
+        const Scanned<S> t =
+            reg_scan<CAPACITY>(tile, ctx, idx, 0u, batch, batch, next_n, mult, sc);
         emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
                      num_sms, out, sc);
     }
@@ -773,10 +791,18 @@ struct Engine : F {
             }
         }
         Fetched f;
-        if (kPrefetch && j < j1) fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK),
-                                       0u, batch, next_n);
+        if (!kRegs && kPrefetch && j < j1)
+            fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK), 0u, batch, next_n);
         for (; j < j1; ++j) {
             const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
+            if constexpr (kRegs) {  // read into registers, words to the tile, scanned
+                // (no barrier needed first: nothing reads the tile in phase 1)
+                kept = reg_scan<CHUNK>(tile, ctx, idx, lo, n, batch, next_n, mult, sc);
+                if (threadIdx.x == 0 && j + 1u < j1) slab_sums[j] = kept.block;
+                before_kept = mine;
+                mine = S::compose(mine, kept.block);
+                continue;
+            }
             if (kPrefetch) {
                 store(tile, f, lo, n, 0u, batch, mult);
                 if (j + 1u < j1)

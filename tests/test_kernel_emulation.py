@@ -336,8 +336,7 @@ STATIC_REGISTER_MUTANTS = [
      [(r"f\.pid = __ldg\(idx \+ min\(e0 \? e0 - 1u : 0u, top\)\);",
        "f.pid = __ldg(idx + min(e0, top));")]),
     ("the halo of a full tile is not written",
-     [(r"if \(e0 \+ 8u == batch && pos \+ 1u == THREADS\) tile\[pad\(batch\)\] = w\[8\];",
-       "")]),
+     [(r"if \(i0 \+ 8u == n && pos \+ 1u == THREADS\) tile\[pad\(n\)\] = w\[8\];", "")]),
 ]
 
 
