@@ -114,11 +114,16 @@ EDITS = [
     ("chunked", "                        emit_parts(j, cl);\n",
      "                        unsigned long long jm_t = jitmeta_begin();\n{a}"
      "                        jitmeta_add(%d, jm_t);\n" % PARTS),
-    ("static", "    Sched::load_tile(tile, context_lens, indices, 0u, batch, batch, next_n, mult);\n"
-     "    __syncthreads();\n", "{a}    jitmeta_mark(%d, true);\n" % LOADED),
-    ("static", "        const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);\n",
-     "{a}        if (whole) jitmeta_mark(%d, true);\n" % SCANNED),
-    ("static", "                     num_sms, out, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
+    # a slab read into registers (a static tile; a chunked block's last slab): loaded
+    # once its words are formed
+    ("both", "        reg_words(f, lo, pos, mult, w);  // every lane: it shuffles\n",
+     "{a}        jitmeta_mark(%d, true);\n" % LOADED),
+    # the whole batch in one block (Engine::whole), tile loaded by the block or in registers
+    ("both", "            load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);\n"
+     "            __syncthreads();\n", "{a}            jitmeta_mark(%d, false);\n" % LOADED),
+    ("both", "        emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,\n",
+     "        jitmeta_mark(%d, true);\n{a}" % SCANNED),
+    ("static", "                                  scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
 ]
 
 

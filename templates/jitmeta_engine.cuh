@@ -631,8 +631,8 @@ struct Engine : F {
     // 8, and no read of the tile before the scan. Slices are [8t, 8t + 8) clipped to
     // the slab, not slice()'s.
 
-    // Clamped scalar loads of position `pos` of a slab at lo (any alignment, any next_n,
-    // elements past the batch read its last one), in the layout reg_fetch leaves.
+    // Clamped scalar loads of position `pos` of a slab at lo (elements past the batch
+    // read its last one), in the layout reg_fetch leaves.
     __device__ __forceinline__ static void reg_fetch_scalar(RegFetched& f,
                                                             const int* __restrict__ ctx,
                                                             const int* __restrict__ idx,
@@ -658,7 +658,9 @@ struct Engine : F {
 
     // Loads slab [lo, lo + n) (n <= CHUNK; the batch's last slab when n < CHUNK) into
     // tile elements 0..n-1 and its halo into element n, and scans it (as load_tile,
-    // a barrier and scan_tile do, with this thread's slice [8t, 8t + 8) of it).
+    // a barrier and scan_tile do, with this thread's slice [8t, 8t + 8) of it). For
+    // inputs reg_capable() accepts: only the thread holding the batch's end, if it is
+    // not a multiple of 8, loads element by element.
     template <u32 CHUNK>
     __device__ __forceinline__ static Scanned<S> reg_scan(u32* tile, const int* __restrict__ ctx,
                                                           const int* __restrict__ idx, u32 lo,
@@ -667,7 +669,7 @@ struct Engine : F {
         static_assert(kRegSlabs<CHUNK>, "8 elements per thread");
         const u32 pos = threadIdx.x, i0 = 8u * pos, e0 = lo + i0;
         RegFetched f;
-        if (reg_capable(ctx, idx, next_n) && e0 + 8u <= batch)  // per thread: no exchange
+        if (e0 + 8u <= batch)  // per thread: no exchange inside
             reg_fetch(f, ctx, idx, lo, batch, pos);
         else
             reg_fetch_scalar(f, ctx, idx, lo, batch, next_n, pos);
@@ -695,14 +697,27 @@ struct Engine : F {
         return t;
     }
 
-    // A static tile of 8 elements per thread: the whole batch read into registers.
+    // The static and dynamic variants: one block, one slab, the whole batch (its own
+    // sum is the grand total). A static tile of 8 elements per thread is read into
+    // registers when the loads can be 16-byte (reg_capable); otherwise, and for other
+    // tiles, the block loads the tile coalesced (neighbouring threads, neighbouring
+    // elements: a thread's own 8 would be 8 strided loads at next_n > 1) and scans it.
     template <u32 CAPACITY>
     __device__ __forceinline__ static void whole(u32* tile, const int* __restrict__ ctx,
                                                  const int* __restrict__ idx, u32 batch,
                                                  u32 next_n, u32 mult, u32 num_sms,
                                                  int* __restrict__ out, Scratch& sc) {
-        const Scanned<S> t =
-            reg_scan<CAPACITY>(tile, ctx, idx, 0u, batch, batch, next_n, mult, sc);
+        Scanned<S> t;
+        bool regs = false;
+        if constexpr (kRegSlabs<CAPACITY>) {
+            regs = reg_capable(ctx, idx, next_n);  // uniform
+            if (regs) t = reg_scan<CAPACITY>(tile, ctx, idx, 0u, batch, batch, next_n, mult, sc);
+        }
+        if (!regs) {
+            load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);
+            __syncthreads();
+            t = scan_tile(tile, 0u, batch, mult, sc);
+        }
         emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
                      num_sms, out, sc);
     }
@@ -790,19 +805,23 @@ struct Engine : F {
                 mine = sc.broadcast[1];  // read before the scan below reuses it
             }
         }
-        Fetched f;
-        if (!kRegs && kPrefetch && j < j1)
-            fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK), 0u, batch, next_n);
-        for (; j < j1; ++j) {
-            const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-            if constexpr (kRegs) {  // read into registers, words to the tile, scanned
-                // (no barrier needed first: nothing reads the tile in phase 1)
+        // With 16-byte loads (regs), the last slab is read into registers as well and
+        // its words written to the tile (reg_scan: no barrier needed before it, nothing
+        // reads the tile in phase 1); otherwise every slab is stored and scanned here.
+        if constexpr (kRegs) {
+            if (regs && j < j1) {  // uniform; then j == jr
+                const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
                 kept = reg_scan<CHUNK>(tile, ctx, idx, lo, n, batch, next_n, mult, sc);
-                if (threadIdx.x == 0 && j + 1u < j1) slab_sums[j] = kept.block;
                 before_kept = mine;
                 mine = S::compose(mine, kept.block);
-                continue;
+                j = j1;
             }
+        }
+        Fetched f;
+        if (kPrefetch && j < j1) fetch(f, ctx, idx, j * CHUNK, min(CHUNK, batch - j * CHUNK),
+                                       0u, batch, next_n);
+        for (; j < j1; ++j) {
+            const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
             if (kPrefetch) {
                 store(tile, f, lo, n, 0u, batch, mult);
                 if (j + 1u < j1)

@@ -316,9 +316,10 @@ def static_register_cases(rng: random.Random, g: torch.Generator, threads: int,
 
 
 def test_static_register_tiles():
-    """One block holding the whole batch, 8 elements per thread, loaded into registers
-    (16-byte loads where the inputs are aligned, next_n is 1 and a thread's 8 lie in
-    the batch; else one load each), every format."""
+    """One block holding the whole batch, 8 elements per thread: read into registers
+    when the inputs are 16-byte aligned and next_n is 1 (16-byte loads; one load per
+    element in the thread holding the batch's end), else loaded by the block into the
+    tile and scanned there; every format."""
     rng, g = rngs("static register tiles")
     cases = []
     for threads in (128, 256):  # tiles of 1024 and 2048 elements (the smallest buckets)
@@ -332,9 +333,8 @@ STATIC_REGISTER_MUTANTS = [
      [(r"if \(e0 \+ k >= batch\) w\[k\] = VARLEN \? kBoundary : 0u;", "")]),
     ("a slice's last token never sees the next slice",
      [(r"t\.after = VARLEN \? w\[8\] : 0u;", "t.after = VARLEN ? kBoundary : 0u;")]),
-    ("a thread's unaligned loads miss the index before its tokens",
-     [(r"f\.pid = __ldg\(idx \+ min\(e0 \? e0 - 1u : 0u, top\)\);",
-       "f.pid = __ldg(idx + min(e0, top));")]),
+    ("the thread holding the batch end reads its first length 8 times",
+     [(r"const u32 e = min\(e0 \+ k, top\);", "const u32 e = min(e0, top);")]),
     ("the halo of a full tile is not written",
      [(r"if \(i0 \+ 8u == n && pos \+ 1u == THREADS\) tile\[pad\(n\)\] = w\[8\];", "")]),
 ]
@@ -689,11 +689,12 @@ def test_missing_barrier_is_reported_as_a_race():
         pytest.skip("g++ -fsanitize=thread does not build here")
     rng, g = rngs("race")
     case = make_case(rng, g, "static", True, "smxx", 300, threads=64)
-    broken, n = re.subn(r"(Sched::load_tile\([^;]*;\s*)__syncthreads\(\);", r"\1",
-                        render(case.plan.code))
+    # (the whole batch loaded by the block: 64 threads hold 1024 elements, 16 each)
+    broken, n = re.subn(r"(load_tile\(tile, ctx, idx, 0u, batch[^;]*;\s*)__syncthreads\(\);",
+                        r"\1", render(case.plan.code))
     if not n:  # the mutant no longer applies: it would test nothing
-        pytest.fail("no `load_tile(...); __syncthreads();` in the kernel source any more: "
-                    "update this test")
+        pytest.fail("no `load_tile(tile, ctx, idx, 0u, batch, ...); __syncthreads();` in "
+                    "the kernel source any more: update this test")
     with pytest.raises(EmulatorError, match="data race"):
         emulate_cases([dataclasses.replace(case, source=broken)], sanitize="thread")
 
