@@ -15,7 +15,8 @@ The policy, in words:
 * past the static buckets the chunked variant: the default chunk of 8192 (halved, not
   below 32, until its tile fits the static limit at the default threads), unless a
   smaller slab of 1024, 2048 or 4096 elements still gives every SM at most one slab, in
-  which case the smallest such slab at its bucket's threads; a cooperative grid of at
+  which case the smallest such slab at its bucket's threads (varlen with more than 256
+  tokens per SM: at least 2048, at 256 threads); a cooperative grid of at
   most one block per SM, per thread of a block and 1024 in all, with the slabs spread
   evenly and no block left without one;
 * ``dynamic`` serves a batch only when forced (JITMETA_VARIANT), with a static part
@@ -85,10 +86,10 @@ def bucket_threads(cap: int, threads: int, forced: bool) -> int:
     return threads if forced else max(min(256, threads), min(threads, cap // 8))
 
 
-def slab_threads(slab: int, threads: int, forced: bool) -> int:
-    """Threads of a chunked slab: a quarter of its size, an eighth from 4096 up (a
-    register slab: 8 elements per thread), clamped the same way."""
-    share = slab // 8 if slab >= 4096 else slab // 4
+def slab_threads(slab: int, threads: int, forced: bool, varlen: bool = False) -> int:
+    """Threads of a chunked slab: a quarter of its size, an eighth from 4096 up (varlen:
+    from 2048 up; a register slab: 8 elements per thread), clamped the same way."""
+    share = slab // 8 if slab >= (2048 if varlen else 4096) else slab // 4
     return threads if forced else max(min(256, threads), min(threads, share))
 
 
@@ -159,16 +160,21 @@ def chunked(batch, limits, threads, varlen, forced_threads=False, chunk_knob=Non
     else:
         chunk = default_chunk(limits, threads, varlen)
         slab = slab_for(batch, limits.sm_count, chunk)
+        # varlen with more than 256 tokens per SM: a 1024 slab becomes 2048 (if the
+        # default chunk is larger and a 2048 slab gets 256 threads: 8 tokens each)
+        if varlen and slab == 1024 and chunk > 2048 and batch > 256 * limits.sm_count and \
+                slab_threads(2048, threads, forced_threads, True) == 256:
+            slab = 2048
         # more slabs of the default chunk than SMs: 4096-element slabs for varlen, and
         # for dense while the default chunk gives at most 4 slabs per SM
         # (only where a 4096 slab gets 512 threads: 8 elements each, summed in registers)
         slabs = -(-batch // chunk)
         if slab is None and chunk > 4096 and slabs > limits.sm_count and (
                 varlen or slabs <= 4 * limits.sm_count) and \
-                slab_threads(4096, threads, forced_threads) == 512:
+                slab_threads(4096, threads, forced_threads, varlen) == 512:
             slab = 4096
         if slab is not None:
-            chunk, t = slab, slab_threads(slab, threads, forced_threads)
+            chunk, t = slab, slab_threads(slab, threads, forced_threads, varlen)
     smem = chunked_bytes(chunk, t, varlen, limits.smem_reserved_bytes)
     if smem > limits.smem_static_bytes:
         return None

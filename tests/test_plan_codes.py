@@ -36,23 +36,23 @@ def _coarse_sweep(rng: random.Random, hi: int) -> list[int]:
 def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
     codes = kernels.codes_for_batches([(1, 2**24)], next_n, varlen, num_sms, 256, schedule, sm90)
     # static buckets 1024, 2048 (256 threads), 4096 (512), 8192 (1024); slab 1024 (256
-    # threads) for 8193..132 * 1024 = 135168, slab 2048 (512) up to 270336, slab 4096
-    # (512) up to 540672, chunk 8192 (1024) up to 132 * 8192 = 1081344, then slab 4096
-    # again (varlen: to the end; dense: up to 4 * 1081344 = 4325376, then chunk 8192);
-    # no dynamic: 4 + 4 = 8 (num_sms is the output's SM count; the limits' 132 SMs set
-    # the chunks)
+    # threads) for 8193..132 * 1024 = 135168 (varlen: up to 132 * 256 = 33792), slab
+    # 2048 (512 threads; varlen 256) up to 270336, slab 4096 (512) up to 540672, chunk
+    # 8192 (1024) up to 132 * 8192 = 1081344, then slab 4096 again (varlen: to the end;
+    # dense: up to 4 * 1081344 = 4325376, then chunk 8192); no dynamic: 4 + 4 = 8
+    # (num_sms is the output's SM count; the limits' 132 SMs set the chunks)
     assert len(codes) == 8 and len(codes) < 10
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 512),
-        ("chunked", 8192, 1024), ("static", 1024, 256), ("static", 2048, 256),
-        ("static", 4096, 512), ("static", 8192, 1024)]
+        ("chunked", 1024, 256), ("chunked", 2048, 256 if varlen else 512),
+        ("chunked", 4096, 512), ("chunked", 8192, 1024), ("static", 1024, 256),
+        ("static", 2048, 256), ("static", 4096, 512), ("static", 8192, 1024)]
     for code, example in codes.items():
         assert example.code == code
         assert (code.varlen, code.schedule, code.arch) == (varlen, schedule, "sm_90")
     # each chunked cubin's example is the first batch it serves: one past the static
-    # buckets, then one past 132 * 1024, 132 * 2048, 132 * 4096
+    # buckets, then one past 132 * 1024 (varlen: 132 * 256), 132 * 2048, 132 * 4096
     assert {c.capacity: p.batch for c, p in codes.items() if c.variant == "chunked"} \
-        == {1024: 8193, 2048: 135169, 4096: 270337, 8192: 540673}
+        == {1024: 8193, 2048: 33793 if varlen else 135169, 4096: 270337, 8192: 540673}
     rng = random.Random(f"{SEED}-{varlen}-{schedule}-{next_n}-{num_sms}")
     brute = {run_plan(b, sm90, varlen, next_n, num_sms, 256, schedule).code
              for b in _coarse_sweep(rng, 2**24)}
@@ -134,13 +134,15 @@ def test_codes_match_brute_force_on_a_512_thread_device(varlen):
     lim = DeviceLimits("sm_90", 132, max_threads_per_block=512)
     codes = kernels.codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, "smxx", lim)
     # static 1024 / 2048 (256 threads), 4096 / 8192 (512); slabs 1024 (slab_threads(1024,
-    # 512) = 256), 2048 (512), 4096 (512) and chunk 8192 (512); no dynamic
+    # 512) = 256), 2048 (512; varlen 256), 4096 (512) and chunk 8192 (512); no dynamic
     assert sorted((c.variant, c.capacity, c.threads) for c in codes) == [
-        ("chunked", 1024, 256), ("chunked", 2048, 512), ("chunked", 4096, 512),
+        ("chunked", 1024, 256), ("chunked", 2048, 256 if varlen else 512),
+        ("chunked", 4096, 512),
         ("chunked", 8192, 512), ("static", 1024, 256), ("static", 2048, 256),
         ("static", 4096, 512), ("static", 8192, 512)]
     rng = random.Random(SEED)
-    batches = sorted(set(range(1, 12001)) | set(range(55000, 57001))
+    batches = sorted(set(range(1, 12001)) | set(range(33000, 34001))
+                     | set(range(55000, 57001))
                      | set(range(134000, 136001)) | set(range(269000, 272001))
                      | set(range(539000, 542001)) | set(_coarse_sweep(rng, 2**24)))
     assert {run_plan(b, lim, varlen).code for b in batches} == set(codes), SEED_NOTE
@@ -151,15 +153,15 @@ def test_codes_match_brute_force_on_a_512_thread_device(varlen):
 def test_boundaries_include_every_slab_edge(sm90, varlen, dynamic_max):
     """The batches codes_for_batches plans at: the range's ends, each static bucket and
     one past it, the forced-dynamic limit and one past it, and sm_count * slab and one
-    past it for every slab (where the chunked plan changes its slab), and where the
-    streaming slabs start and (dense) end."""
+    past it for every slab (where the chunked plan changes its slab), where varlen's
+    register slabs of 2048 start, and where the streaming slabs start and (dense) end."""
     got = _boundaries(1, 2**24, sm90, 1024, Knobs(), LAYOUT[varlen])
     buckets = [2**k + d for k in range(10, 25) for d in (0, 1)]
     buckets.remove(2**24 + 1)  # out of the range
-    # 132 * 1024 = 135168, 132 * 2048 = 270336, 132 * 4096 = 540672; streaming from
-    # 132 * 8192 = 1081344, dense up to 4 * 1081344 = 4325376
-    slab_edges = [135168, 135169, 270336, 270337, 540672, 540673, 1081344, 1081345,
-                  4325376, 4325377]
+    # 132 * 256 = 33792, 132 * 1024 = 135168, 132 * 2048 = 270336, 132 * 4096 = 540672;
+    # streaming from 132 * 8192 = 1081344, dense up to 4 * 1081344 = 4325376
+    slab_edges = [33792, 33793, 135168, 135169, 270336, 270337, 540672, 540673, 1081344,
+                  1081345, 4325376, 4325377]
     assert got == sorted({1, 2**24, dynamic_max, dynamic_max + 1, *buckets, *slab_edges})
     # 78 SMs, batches 100000..400000: 78 * 1024 = 79872 is below the range; 78 * 2048 =
     # 159744 and 78 * 4096 = 319488 are in it, with the buckets 2**17 and 2**18

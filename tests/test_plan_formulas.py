@@ -316,8 +316,12 @@ def test_family_workspace_words_of_a_plan():
     # then 2048 * 32 warps
     assert kernels.workspace_words(run_plan(2**24, lim, False, knobs=Knobs())) \
         == 10244 + 2048 * 32 == 75780
-    # 70000 varlen: 69 slabs of 1024 -> 4 + 8192 + 69 * 4 = 8472 words
-    assert kernels.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) == 8472
+    # 70000 varlen: 35 slabs of 2048 at 256 threads (more than 132 * 256 tokens: 8
+    # tokens per thread) -> 4 + 8192 + 35 * 4 = 8336 words, then 35 * 8 warps * 4
+    assert kernels.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) \
+        == 8336 + 35 * 8 * 4 == 9456
+    # 30000 varlen (below 132 * 256): 30 slabs of 1024 -> 4 + 8192 + 30 * 4 = 8316 words
+    assert kernels.workspace_words(run_plan(30000, lim, True, knobs=Knobs())) == 8316
     dyn = run_plan(9000, lim, knobs=Knobs.from_values(JITMETA_VARIANT="dynamic"))
     assert dyn.variant == "dynamic" and kernels.workspace_words(dyn) == 0
     # a forced-dynamic plan may use the opt-in limit less its static part

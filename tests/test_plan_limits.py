@@ -29,8 +29,11 @@ from plan_support import (FORMATS, KIB, SEED, SEED_NOTE, SM90_BUCKETS, knobs_of,
 # --- boundaries for hand-built limits ----------------------------------------------------
 
 # (limits, extra overrides, dense (largest static, largest forced dynamic), varlen (same),
-#  chunked plans [(batch, chunk, threads, dense bytes, varlen bytes, grid)], the first at
+#  chunked plans [(batch, chunk, threads, dense bytes, varlen bytes, grid[, varlen's
+#  (chunk, threads, dense bytes, varlen bytes, grid) where it differs])], the first at
 #  the largest static batch + 1)
+# varlen past 256 tokens per SM takes slabs of 2048 at 256 threads (8 per thread) where
+# the default would be a slab of 1024 or 2048 at 512 threads
 # largest dynamic b: the largest with O.tile_words(b) = b + b // 32 + 1 <= W words
 # grid = ceil(slabs / per), per = ceil(slabs / min(slabs, sm_count, threads, 1024))
 HAND_LIMITS = [
@@ -49,9 +52,14 @@ HAND_LIMITS = [
         # 33932 (34340) B; one past each edge: 54 slabs of the slab + 1 -> 55 of the next;
         # 2**24: 2048 slabs, per = ceil(2048 / 108) = 19 (1944 < 2048 <= 2052),
         # grid = ceil(2048 / 19) = 108 (19 * 107 = 2033 < 2048); varlen streams there:
-        # 4096 slabs of 4096, per = ceil(4096 / 108) = 38, grid = ceil(4096 / 38) = 108
-        [(8193, 1024, 256, 4268, 4388, 9), (110592, 1024, 256, 4268, 4388, 108),
-         (110593, 2048, 512, 8524, 8740, 55), (221184, 2048, 512, 8524, 8740, 108),
+        # 4096 slabs of 4096, per = ceil(4096 / 108) = 38, grid = ceil(4096 / 38) = 108.
+        # varlen past 108 * 256 = 27648: slab 2048 at 256 threads, 2113 * 4 + 40 (160) =
+        # 8492 (8612) B; 27649 -> 14 slabs, 110592 -> 54, 110593 -> 55
+        [(8193, 1024, 256, 4268, 4388, 9), (27648, 1024, 256, 4268, 4388, 27),
+         (27649, 1024, 256, 4268, 4388, 28, (2048, 256, 8492, 8612, 14)),
+         (110592, 1024, 256, 4268, 4388, 108, (2048, 256, 8492, 8612, 54)),
+         (110593, 2048, 512, 8524, 8740, 55, (2048, 256, 8492, 8612, 55)),
+         (221184, 2048, 512, 8524, 8740, 108, (2048, 256, 8492, 8612, 108)),
          (221185, 4096, 512, 16972, 17188, 55), (442368, 4096, 512, 16972, 17188, 108),
          (442369, 8192, 1024, 33932, 34340, 55),
          (2**24, 8192, 1024, 33932, 34340, 108, (4096, 512, 16972, 17188, 108))],
@@ -63,9 +71,13 @@ HAND_LIMITS = [
         (8192, 24541), (8192, 24444),
         # bytes as a100; slab 1024 up to 128 * 1024 = 131072, 2048 up to 262144, 4096 up
         # to 524288; one past each edge: 64 slabs of the slab + 1 -> 65 of the next;
-        # 2**24: 2048 slabs, per 16, grid 128 (varlen streams: 4096 slabs, per 32)
-        [(8193, 1024, 256, 4268, 4388, 9), (131072, 1024, 256, 4268, 4388, 128),
-         (131073, 2048, 512, 8524, 8740, 65), (262144, 2048, 512, 8524, 8740, 128),
+        # 2**24: 2048 slabs, per 16, grid 128 (varlen streams: 4096 slabs, per 32);
+        # varlen slab 2048 at 256 threads past 128 * 256 = 32768, bytes as a100
+        [(8193, 1024, 256, 4268, 4388, 9), (32768, 1024, 256, 4268, 4388, 32),
+         (32769, 1024, 256, 4268, 4388, 33, (2048, 256, 8492, 8612, 17)),
+         (131072, 1024, 256, 4268, 4388, 128, (2048, 256, 8492, 8612, 64)),
+         (131073, 2048, 512, 8524, 8740, 65, (2048, 256, 8492, 8612, 65)),
+         (262144, 2048, 512, 8524, 8740, 128, (2048, 256, 8492, 8612, 128)),
          (262145, 4096, 512, 16972, 17188, 65), (524288, 4096, 512, 16972, 17188, 128),
          (524289, 8192, 1024, 33932, 34340, 65),
          (2**24, 8192, 1024, 33932, 34340, 128, (4096, 512, 16972, 17188, 128))],
@@ -111,8 +123,11 @@ HAND_LIMITS = [
         # every slab keeps the forced 256 threads: 1024: 1057 * 4 + 40 (160) + 1024 =
         # 5292 (5412) B up to 135168; 2048: 2113 * 4 + 40 (160) + 1024 = 9516 (9636) B
         # up to 270336; 4096: 4225 * 4 + 40 (160) + 1024 = 17964 (18084) B up to 540672;
-        # then 8192: 34860 (34980) B; 67 slabs past each edge; 2**24: grid 128
-        [(8193, 1024, 256, 5292, 5412, 9), (135168, 1024, 256, 5292, 5412, 132),
+        # then 8192: 34860 (34980) B; 67 slabs past each edge; 2**24: grid 128; varlen
+        # past 132 * 256 = 33792 takes slab 2048 (17 slabs at 33793, 66 at 135168)
+        [(8193, 1024, 256, 5292, 5412, 9), (33792, 1024, 256, 5292, 5412, 33),
+         (33793, 1024, 256, 5292, 5412, 34, (2048, 256, 9516, 9636, 17)),
+         (135168, 1024, 256, 5292, 5412, 132, (2048, 256, 9516, 9636, 66)),
          (135169, 2048, 256, 9516, 9636, 67), (270336, 2048, 256, 9516, 9636, 132),
          (270337, 4096, 256, 17964, 18084, 67), (540672, 4096, 256, 17964, 18084, 132),
          (540673, 8192, 256, 34860, 34980, 67), (2**24, 8192, 256, 34860, 34980, 128)],
@@ -126,8 +141,11 @@ HAND_LIMITS = [
         # grid 200; 614401: 614400 = 300 * 2048 -> 301 slabs of 2048, per 2, grid
         # ceil(301 / 2) = 151; likewise 2048 up to 1228800, 4096 up to 2457600 (600
         # slabs, 200 blocks) and 301 slabs, 151 blocks one past each;
-        # 2**24: 2048 slabs, per 8, grid 256
-        [(8193, 1024, 256, 5292, 5412, 9), (614400, 1024, 256, 5292, 5412, 200),
+        # 2**24: 2048 slabs, per 8, grid 256; varlen past 600 * 256 = 153600: slab 2048
+        # (153601 -> 76 slabs; 614400 -> 300, per 2, grid 150)
+        [(8193, 1024, 256, 5292, 5412, 9), (153600, 1024, 256, 5292, 5412, 150),
+         (153601, 1024, 256, 5292, 5412, 151, (2048, 256, 9516, 9636, 76)),
+         (614400, 1024, 256, 5292, 5412, 200, (2048, 256, 9516, 9636, 150)),
          (614401, 2048, 256, 9516, 9636, 151), (1228800, 2048, 256, 9516, 9636, 200),
          (1228801, 4096, 256, 17964, 18084, 151), (2457600, 4096, 256, 17964, 18084, 200),
          (2457601, 8192, 256, 34860, 34980, 151), (2**24, 8192, 256, 34860, 34980, 256)],
@@ -145,9 +163,14 @@ HAND_LIMITS = [
         # static_threads(2048, 512) = 512: 9548 (9764) B; slab 4096 at
         # static_threads(4096, 512) = 512: 4225 * 4 + 72 (288) + 1024 = 17996 (18212) B;
         # chunk 8192 at 512 threads: 34892 (35108) B; edges as on sm_90 (132 SMs); varlen
-        # 2**24 streams (slab 4096 at 512 threads is a register slab)
-        [(8193, 1024, 256, 5292, 5412, 9), (135168, 1024, 256, 5292, 5412, 132),
-         (135169, 2048, 512, 9548, 9764, 67), (270336, 2048, 512, 9548, 9764, 132),
+        # 2**24 streams (slab 4096 at 512 threads is a register slab); varlen past
+        # 132 * 256 = 33792: slab 2048 at slab_threads(2048, 512, varlen) = 256, 9516
+        # (9636) B
+        [(8193, 1024, 256, 5292, 5412, 9), (33792, 1024, 256, 5292, 5412, 33),
+         (33793, 1024, 256, 5292, 5412, 34, (2048, 256, 9516, 9636, 17)),
+         (135168, 1024, 256, 5292, 5412, 132, (2048, 256, 9516, 9636, 66)),
+         (135169, 2048, 512, 9548, 9764, 67, (2048, 256, 9516, 9636, 67)),
+         (270336, 2048, 512, 9548, 9764, 132, (2048, 256, 9516, 9636, 132)),
          (270337, 4096, 512, 17996, 18212, 67), (540672, 4096, 512, 17996, 18212, 132),
          (540673, 8192, 512, 34892, 35108, 67),
          (2**24, 8192, 512, 34892, 35108, 128, (4096, 512, 17996, 18212, 128))],
@@ -178,9 +201,9 @@ def test_hand_built_limits_boundaries(limits, knobs, dense, varlen_bounds, chunk
                 assert (p.variant, p.code.capacity) == ("static", cap)
                 assert p.threads == O.bucket_threads(cap, threads, forced)
         # past the static buckets: chunked, never dynamic (on either side of its limit)
-        for batch, chunk, t, dense_b, varlen_b, grid, *streaming in chunked:
-            if varlen and streaming:  # varlen takes the streaming slab there
-                chunk, t, dense_b, varlen_b, grid = streaming[0]
+        for batch, chunk, t, dense_b, varlen_b, grid, *own in chunked:
+            if varlen and own:  # varlen's plan differs there (register or streaming slabs)
+                chunk, t, dense_b, varlen_b, grid = own[0]
             p = run_plan(batch, limits, varlen)
             assert (p.variant, p.code.capacity, p.threads, p.grid) \
                 == ("chunked", chunk, t, grid), batch
@@ -333,15 +356,22 @@ def test_plan_never_exceeds_limits_property():
                 assert chunk == 4096 < dflt and p.threads == 512, note
                 assert -(-batch // dflt) > limits.sm_count, note
                 assert varlen or -(-batch // dflt) <= 4 * limits.sm_count, note
-                assert p.threads == O.slab_threads(chunk, threads, forced), note
+                assert p.threads == O.slab_threads(chunk, threads, forced, varlen), note
                 streamed += 1
+            elif (varlen and chunk == 2048 and batch <= 1024 * limits.sm_count):
+                # varlen past 256 tokens per SM: 2048 where 1024 would do, at 256
+                # threads (8 tokens each), below a larger default chunk
+                assert batch > 256 * limits.sm_count, note
+                assert 2048 < O.default_chunk(eff, threads, varlen), note
+                assert p.threads == O.slab_threads(2048, threads, forced, True) == 256, note
+                on_slab[chunk] += 1
             else:
                 # a slab below the default chunk that gives no SM's block two, the
                 # smallest such, at its bucket's threads
                 assert chunk in O.SLABS and chunk < O.default_chunk(eff, threads, varlen), note
                 assert slabs <= limits.sm_count, note
                 assert all(-(-batch // c) > limits.sm_count for c in O.SLABS if c < chunk), note
-                assert p.threads == O.slab_threads(chunk, threads, forced), note
+                assert p.threads == O.slab_threads(chunk, threads, forced, varlen), note
                 on_slab[chunk] += 1
             # at most one block per SM, per thread of a block and 1024; none idle
             assert 1 <= p.grid <= min(slabs, limits.sm_count, p.threads, 1024), note

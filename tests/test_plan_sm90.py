@@ -74,7 +74,7 @@ SM90_SLAB_EDGES = [
 
 @pytest.mark.parametrize("last_batch,slab,threads,dense_b,varlen_b,"
                          "next_chunk,next_threads,next_dense_b,next_varlen_b", SM90_SLAB_EDGES)
-@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+@pytest.mark.parametrize("varlen", [False], ids=["dense"])  # varlen: the test below
 def test_sm90_slab_boundaries(sm90, varlen, last_batch, slab, threads, dense_b, varlen_b,
                               next_chunk, next_threads, next_dense_b, next_varlen_b):
     assert last_batch == 132 * slab
@@ -103,6 +103,33 @@ def test_sm90_slab_boundaries(sm90, varlen, last_batch, slab, threads, dense_b, 
     assert (mid.code.capacity, mid.threads) == (next_chunk, next_threads)
 
 
+# varlen on sm_90, 132 SMs: slab 1024 (256 threads) up to 132 * 256 = 33792 tokens,
+# then slab 2048 at 256 threads (8 tokens each: 2113 * 4 + 160 + 1024 = 9636 B) up to
+# 132 * 2048 = 270336, then as dense: (batch, slab, threads, slabs = grid, bytes)
+SM90_VARLEN_EDGES = [
+    (33792, 1024, 256, 33, 5412),     # 33 * 1024
+    (33793, 2048, 256, 17, 9636),     # 16 * 2048 = 32768 < 33793 <= 34816
+    (135168, 2048, 256, 66, 9636),    # 66 * 2048
+    (135169, 2048, 256, 67, 9636),
+    (270336, 2048, 256, 132, 9636),   # 132 * 2048: one slab per SM
+    (270337, 4096, 512, 67, 18212),   # 66 * 4096 = 270336 < 270337
+    (540672, 4096, 512, 132, 18212),
+    (540673, 8192, 1024, 67, 35364),
+]
+
+
+def test_sm90_varlen_slab_boundaries(sm90):
+    for batch, slab, threads, grid, varlen_b in SM90_VARLEN_EDGES:
+        p = run_plan(batch, sm90, True)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) \
+            == ("chunked", slab, threads, grid), batch
+        assert p.smem_static_bytes == varlen_b == O.chunked_bytes(slab, threads, True, 1024)
+        assert f"{grid} cooperative block(s) over {grid} slab(s) of {slab} elements" \
+            in p.reason, batch
+        assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
+            == O.chunked(batch, sm90, 1024, True), batch
+
+
 @pytest.mark.parametrize("varlen,largest", [(False, 56067), (True, 55970)],
                          ids=["dense", "varlen"])
 def test_sm90_forced_dynamic_limit(sm90, varlen, largest):
@@ -115,10 +142,12 @@ def test_sm90_forced_dynamic_limit(sm90, varlen, largest):
         == largest
     # unforced, neither side of the dynamic limit is dynamic: b <= 132 * 1024, so slab
     # 1024 at 256 threads; 54 * 1024 = 55296 < b <= 55 * 1024 = 56320: 55 slabs, one
-    # block each
+    # block each (varlen, past 132 * 256: slab 2048 at 256 threads, 27 * 2048 = 55296
+    # < b <= 57344: 28 slabs)
     for batch in (largest, largest + 1):
         p = run_plan(batch, sm90, varlen)
-        assert (p.variant, p.code.capacity, p.threads, p.grid) == ("chunked", 1024, 256, 55)
+        assert (p.variant, p.code.capacity, p.threads, p.grid) \
+            == (("chunked", 2048, 256, 28) if varlen else ("chunked", 1024, 256, 55))
     with envs.override(JITMETA_VARIANT="dynamic"):
         first = run_plan(8193, sm90, varlen)
         assert (first.variant, first.code.capacity, first.grid) == ("dynamic", 0, 1)
@@ -201,13 +230,21 @@ SM90_CHUNKED = [
     # ceil(265 / 3) = 89; 4 * 1081344 = 4325376: 1056 slabs, per 8, grid 132
     (1081345, 4096, 512, 265, 89, 17996, 18212),
     (4325376, 4096, 512, 1056, 132, 17996, 18212),
-    # dense past 4 * 1081344: the default chunk again (varlen: SM90_STREAMING below)
+    # dense past 4 * 1081344: the default chunk again (varlen: SM90_VARLEN below)
     (4325377, 8192, 1024, 529, 106, 34956, 35364),  # 529 slabs, per 5, grid 106
     (2**24, 8192, 1024, 2048, 128, 34956, 35364),   # per 16 (1980 < 2048 <= 2112); 2048 / 16
     (2**24 + 1, 8192, 1024, 2049, 129, 34956, 35364),  # per 16; 16 * 128 = 2048 < 2049
 ]
-# varlen streams past 132 * 8192 at any batch: slab 4096 (512 threads)
-SM90_STREAMING = {
+# varlen: slab 2048 at 256 threads (2113 * 4 + 40 (160) + 1024 B) from 132 * 256 up
+# to 132 * 2048; streams past 132 * 8192 at any batch: slab 4096 (512 threads)
+SM90_VARLEN = {
+    56068: (2048, 256, 28, 28, 9516, 9636),     # 27 * 2048 = 55296 < 56068 <= 57344
+    57820: (2048, 256, 29, 29, 9516, 9636),     # 57344 < 57820 <= 29 * 2048 = 59392
+    65536: (2048, 256, 32, 32, 9516, 9636),     # 65536 / 2048
+    135168: (2048, 256, 66, 66, 9516, 9636),    # 66 * 2048
+    135169: (2048, 256, 67, 67, 9516, 9636),
+    200000: (2048, 256, 98, 98, 9516, 9636),
+    270336: (2048, 256, 132, 132, 9516, 9636),
     4325377: (4096, 512, 1057, 118, 17996, 18212),  # per 9 (132 * 8 = 1056 < 1057)
     2**24: (4096, 512, 4096, 128, 17996, 18212),        # per 32 (132 * 31 = 4092 < 4096)
     2**24 + 1: (4096, 512, 4097, 129, 17996, 18212),    # per 32; 32 * 128 = 4096 < 4097
@@ -219,7 +256,7 @@ def test_chunked_grid_for_huge_batches(sm90, varlen):
     for row in SM90_CHUNKED:
         batch = row[0]
         chunk, threads, slabs, grid, dense_b, varlen_b = (
-            SM90_STREAMING[batch] if varlen and batch in SM90_STREAMING else row[1:])
+            SM90_VARLEN[batch] if varlen and batch in SM90_VARLEN else row[1:])
         p = run_plan(batch, sm90, varlen)
         assert (p.variant, p.code.capacity, p.threads, p.grid) \
             == ("chunked", chunk, threads, grid), batch
@@ -289,14 +326,15 @@ def test_chunked_plan_follows_the_device_sm_count():
 # 1024 / 256 -> 5292 (5412), 2048 / 512 -> 9548 (9764), 4096 / 512 -> 17996 (18212),
 # 8192 / 1024 -> 34956 (35364) B); a slab serves up to sm_count * slab;
 # grid = ceil(slabs / per), per = ceil(slabs / min(slabs, sm_count, threads, 1024))
-SLAB_BYTES = {(1024, 256): (5292, 5412), (2048, 512): (9548, 9764),
+SLAB_BYTES = {(1024, 256): (5292, 5412), (2048, 256): (9516, 9636), (2048, 512): (9548, 9764),
               (4096, 512): (17996, 18212), (8192, 1024): (34956, 35364)}
 DEVICE_SLAB_EDGES = [
     pytest.param(78, [
         (8193, 1024, 256, 9, 9),            # 8 * 1024 = 8192 < 8193
-        (79872, 1024, 256, 78, 78),         # 78 * 1024: one slab per SM
-        (79873, 2048, 512, 40, 40),         # 39 * 2048 = 79872 < 79873
-        (159744, 2048, 512, 78, 78),        # 78 * 2048
+        # (varlen past 78 * 256 = 19968: slab 2048 at 256 threads)
+        (79872, 1024, 256, 78, 78, (2048, 256, 39, 39)),  # 78 * 1024: one slab per SM
+        (79873, 2048, 512, 40, 40, (2048, 256, 40, 40)),  # 39 * 2048 = 79872 < 79873
+        (159744, 2048, 512, 78, 78, (2048, 256, 78, 78)),  # 78 * 2048
         (159745, 4096, 512, 40, 40),        # 39 * 4096 = 159744 < 159745
         (319488, 4096, 512, 78, 78),        # 78 * 4096
         (319489, 8192, 1024, 40, 40),       # 39 * 8192 = 319488 < 319489
@@ -309,11 +347,13 @@ DEVICE_SLAB_EDGES = [
         (8193, 1024, 256, 9, 9),
         # 257 slabs of 1024 need 257 blocks but its 256 threads allow 256: per 2, grid
         # ceil(257 / 2) = 129
-        (263168, 1024, 256, 257, 129),      # 257 * 1024
+        # (varlen past 300 * 256 = 76800: slab 2048 at 256 threads, at most 256 blocks)
+        (263168, 1024, 256, 257, 129, (2048, 256, 129, 129)),  # 257 * 1024 = 128.5 * 2048
         # 300 * 1024 = 307200: 300 slabs, per = ceil(300 / 256) = 2, grid 150
-        (307200, 1024, 256, 300, 150),
-        (307201, 2048, 512, 151, 151),      # 150 * 2048 = 307200 < 307201
-        (614400, 2048, 512, 300, 300),      # 300 * 2048: 300 <= 512 blocks
+        (307200, 1024, 256, 300, 150, (2048, 256, 150, 150)),
+        (307201, 2048, 512, 151, 151, (2048, 256, 151, 151)),  # 150 * 2048 < 307201
+        # 300 * 2048: 300 <= 512 blocks (varlen: 256 at most, per 2, grid 150)
+        (614400, 2048, 512, 300, 300, (2048, 256, 300, 150)),
         (614401, 4096, 512, 151, 151),      # 150 * 4096 = 614400 < 614401
         (1228800, 4096, 512, 300, 300),     # 300 * 4096
         (1228801, 8192, 1024, 151, 151),    # 150 * 8192 = 1228800 < 1228801
@@ -326,8 +366,9 @@ DEVICE_SLAB_EDGES = [
     pytest.param(5, [
         # 5 * 1024 = 5120 and 5 * 2048 = 10240: 8193 takes slab 2048 (slab 1024 would
         # need 9 > 5 slabs): 4 * 2048 = 8192 < 8193 -> 5 slabs
-        (8193, 2048, 512, 5, 5),
-        (10240, 2048, 512, 5, 5),           # 5 * 2048
+        # (varlen: at 256 threads, past 5 * 256 = 1280)
+        (8193, 2048, 512, 5, 5, (2048, 256, 5, 5)),
+        (10240, 2048, 512, 5, 5, (2048, 256, 5, 5)),  # 5 * 2048
         (10241, 4096, 512, 3, 3),           # 2 * 4096 = 8192 < 10241 <= 12288
         (20480, 4096, 512, 5, 5),           # 5 * 4096
         (20481, 8192, 1024, 3, 3),          # 2 * 8192 = 16384 < 20481 <= 24576
@@ -342,9 +383,9 @@ DEVICE_SLAB_EDGES = [
 def test_slab_boundaries_follow_the_device_sm_count(sm_count, rows, varlen):
     lim = limits_for_arch("sm_90", sm_count)
     assert lim.sm_count == sm_count
-    for batch, chunk, threads, slabs, grid, *streaming in rows:
-        if varlen and streaming:  # varlen takes the streaming slab there
-            chunk, threads, slabs, grid = streaming[0]
+    for batch, chunk, threads, slabs, grid, *own in rows:
+        if varlen and own:  # varlen's plan differs there (register or streaming slabs)
+            chunk, threads, slabs, grid = own[0]
         p = run_plan(batch, lim, varlen)
         assert (p.variant, p.code.capacity, p.threads, p.grid) \
             == ("chunked", chunk, threads, grid), batch

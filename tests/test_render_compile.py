@@ -107,9 +107,10 @@ CASES = [
     # 1057 * 4 + 40 + 1024
     ("sm90-chunked-dense-sm90", "sm_90", 8193, False, "sm90", 256, {},
      ("chunked", 1024, 256), (5292, 0)),
-    # 132 * 1024 < 135169 <= 132 * 2048: slabs of 2048 at 512 threads, 2113 * 4 + 288 + 1024
+    # 132 * 1024 < 135169 <= 132 * 2048: slabs of 2048 (varlen: at 256 threads, 8 tokens
+    # each), 2113 * 4 + 160 + 1024
     ("sm90-chunked-varlen-smxx", "sm_90", 135169, True, "smxx", 256, {},
-     ("chunked", 2048, 512), (9764, 0)),
+     ("chunked", 2048, 256), (9636, 0)),
     # 132 * 2048 < 270337 <= 132 * 4096: slabs of 4096 at 512 threads, 4225 * 4 + 72 + 1024
     ("sm90-chunked-dense-smxx-c4096", "sm_90", 270337, False, "smxx", 256, {},
      ("chunked", 4096, 512), (17996, 0)),
@@ -143,8 +144,8 @@ CASES = [
     ("sm90a-dynamic-dense-smxx-t256", "sm_90a", 20000, False, "smxx", 256,
      {"JITMETA_THREADS": 256, "JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 256),
      (1072, 82504)),
-    # 10**5 <= 132 * 1024: 1057 * 4 + 160 + 1024
-    ("sm90a-chunked-varlen-sm90", "sm_90a", 10**5, True, "sm90", 256, {},
+    # 2 * 10**4 <= 132 * 256 (varlen; 132 * 1024 dense): 1057 * 4 + 160 + 1024
+    ("sm90a-chunked-varlen-sm90", "sm_90a", 2 * 10**4, True, "sm90", 256, {},
      ("chunked", 1024, 256), (5412, 0)),
     # 1057 * 4 + 136 + 1024
     ("sm90a-chunked-dense-smxx-c1024", "sm_90a", 10**5, False, "smxx", 512,
@@ -430,7 +431,8 @@ SWEEP = ([(cap, {}) for cap in (1024, 2048, 4096, 8192)]
             for t in (32, 96, 1024)]
          + [(10**5, {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": c})
             for c in (32, 1000, 4095)]
-         + [(10**5, {}), (2 * 10**5, {}), (4 * 10**5, {}), (6 * 10**5, {})])  # chunked slabs
+         # chunked slabs (2 * 10**4: 1024 in both modes on 108 and 132 SMs)
+         + [(2 * 10**4, {}), (2 * 10**5, {}), (4 * 10**5, {}), (6 * 10**5, {})])
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -454,6 +456,8 @@ def test_compiled_smem_equals_formula_sweep(arch, varlen):
             # dense up to 4 default slabs per SM)
             want_chunk = next(((c, t_) for c, t_ in ((1024, 256), (2048, 512), (4096, 512))
                                if batch <= lim.sm_count * c), (8192, 1024))
+            if varlen and want_chunk[0] <= 2048 and batch > lim.sm_count * 256:
+                want_chunk = (2048, 256)  # varlen past 256 tokens per SM: 8 per thread
             if want_chunk[0] == 8192 and batch > lim.sm_count * 8192 and (
                     varlen or batch <= 4 * lim.sm_count * 8192):
                 want_chunk = (4096, 512)

@@ -48,9 +48,11 @@ CASES = [
     # ceil16(34 * 24 + 1024) = 1840
     ("sm_100", 9000, True, {"JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 1024),
      (1840, 9282 * 4)),
-    # chunked slabs of 1024 at 256 threads (batch <= 132 * 1024)
+    # chunked slabs of 1024 at 256 threads (batch <= 132 * 1024; varlen <= 132 * 256)
     ("sm_100", 10**5, False, {}, ("chunked", 1024, 256), (1058 * 4 + 80 + 1024, 0)),
-    ("sm_90", 10**5, True, {}, ("chunked", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
+    ("sm_90", 30000, True, {}, ("chunked", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
+    # varlen past 132 * 256: slabs of 2048 at 256 threads (tile_words(2048) = 2113 -> 2114)
+    ("sm_90", 10**5, True, {}, ("chunked", 2048, 256), (2114 * 4 + 240 + 1024, 0)),
     # 2^24 tokens: varlen, streaming slabs of 4096 at 512 threads (tile_words(4096) =
     # 4225 -> 4226; scratch 18 * 24 = 432); dense, slabs of 8192 at 1024 threads
     ("sm_100", 2**24, True, {}, ("chunked", 4096, 512), (4226 * 4 + 432 + 1024, 0)),

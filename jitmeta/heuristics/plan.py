@@ -16,9 +16,10 @@ Variants (identical output):
   memory, unlimited batch. Chosen past the static buckets: several blocks load and
   scan in parallel, so it beats one block of dynamic shared memory, which serves a
   batch only when forced. The slab is the smallest of SLAB_SIZES that still gives
-  every block one slab at most (measured fastest on an H200); past that, the default
-  chunk while it is one per block, then STREAM_SLAB (varlen; dense up to
-  DENSE_STREAM_SLABS default slabs per SM), then the default chunk again.
+  every block one slab at most (measured fastest on an H200; varlen past
+  VARLEN_SLAB_FROM tokens per SM at least VARLEN_SLAB, read into registers); past
+  that, the default chunk while it is one per block, then STREAM_SLAB (varlen; dense
+  up to DENSE_STREAM_SLABS default slabs per SM), then the default chunk again.
 
 What differs between kernel families that share this tile-scan design (the size of a
 scan summary, of a block's workspace slot) comes in as a :class:`TileLayout`; the
@@ -38,7 +39,7 @@ __all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_bat
            "smem_static", "smem_dynamic", "smem_chunked", "smem_scratch", "tile_words",
            "static_threads", "slab_threads",
            "VARIANTS", "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK",
-           "SLAB_SIZES", "MAX_GRID", "EPOCH_WORDS", "REG_PER_THREAD", "register_slabs",
+           "SLAB_SIZES", "VARLEN_SLAB", "VARLEN_SLAB_FROM", "MAX_GRID", "EPOCH_WORDS", "REG_PER_THREAD", "register_slabs",
            "workspace_words", "chunked_grid"]
 
 VARIANTS = ("static", "dynamic", "chunked")
@@ -55,6 +56,14 @@ SLAB_SIZES = (1024, 2048, 4096)  # smaller chunked slabs, while one per block su
 # (docs/benchmarks/experiments/2026-12-04-NVIDIA_H200-c768ba2-configs-stream.json).
 STREAM_SLAB = 4096
 DENSE_STREAM_SLABS = 4
+# Varlen batches of more than VARLEN_SLAB_FROM tokens per SM, up to VARLEN_SLAB per SM:
+# slabs of VARLEN_SLAB at VARLEN_SLAB / REG_PER_THREAD threads (read into registers),
+# instead of the smallest slab at a quarter of its size. On an H200 (132 SMs), "smxx"
+# 65536 6.74 -> 6.31 us, 131072 7.35 -> 6.62; "sm100" 65536 7.30 -> 7.12, 131072 9.05
+# -> 7.59; at 32768 (below 132 * 256) it was 2.6 % slower in "sm100"
+# (docs/benchmarks/experiments/2026-12-04-NVIDIA_H200-2ed3c5e-configs.json).
+VARLEN_SLAB = 2048
+VARLEN_SLAB_FROM = 256
 MAX_GRID = 1024     # blocks of a chunked launch at most
 EPOCH_WORDS = 4     # workspace words before the first slot (the epoch, padded)
 REG_PER_THREAD = 8  # elements per thread of a chunked slab summed in registers
@@ -234,13 +243,14 @@ def static_threads(capacity: int, threads: int) -> int:
     return _block_size(capacity, threads, 8)
 
 
-def slab_threads(capacity: int, threads: int) -> int:
+def slab_threads(capacity: int, threads: int, varlen: bool = False) -> int:
     """Default block size of a chunked slab: a quarter of its capacity, 256 to
-    ``threads`` (a small block reaches its barriers sooner); from STREAM_SLAB up an
-    eighth (REG_PER_THREAD elements per thread: the slab is summed in registers). On an
-    H200, 4096-element slabs one per block: 512 threads 5.61 us at 2^19 dense against
-    6.75 at 1024, varlen 8.92 against 11.13."""
-    return _block_size(capacity, threads, REG_PER_THREAD if capacity >= STREAM_SLAB else 4)
+    ``threads`` (a small block reaches its barriers sooner); from STREAM_SLAB up (varlen:
+    from VARLEN_SLAB up) an eighth (REG_PER_THREAD elements per thread: the slab is
+    read into registers). On an H200, 4096-element slabs one per block: 512 threads
+    5.61 us at 2^19 dense against 6.75 at 1024, varlen 8.92 against 11.13."""
+    regs = capacity >= (VARLEN_SLAB if varlen else STREAM_SLAB)
+    return _block_size(capacity, threads, REG_PER_THREAD if regs else 4)
 
 
 def _threads(limits: DeviceLimits, knobs: Knobs) -> int:
@@ -281,6 +291,9 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
     def own_threads(rule, capacity: int) -> int:  # a bucket's / slab's block size
         return rule(capacity, threads) if tuned else threads
 
+    def slab_rule(capacity: int, t: int) -> int:
+        return slab_threads(capacity, t, bool(varlen))
+
     def spec(variant: str, capacity: int, t: int = threads) -> CodeSpec:
         return CodeSpec(variant, bool(varlen), schedule, int(split_kv), t, capacity, arch)
 
@@ -290,15 +303,21 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
             chunk //= 2
 
     def unforced_slab() -> int:
-        """The smallest slab that still is one per block; past one default chunk per
-        SM, the streaming slab (varlen; dense up to DENSE_STREAM_SLABS per SM) where it
-        is summed in registers; else the default chunk."""
+        """The smallest slab that still is one per block (varlen past VARLEN_SLAB_FROM
+        tokens per SM: at least VARLEN_SLAB, where it is read into registers); past one
+        default chunk per SM, the streaming slab (varlen; dense up to
+        DENSE_STREAM_SLABS per SM) where it is summed in registers; else the default
+        chunk."""
         for c in SLAB_SIZES:
             if c < chunk and batch <= lim.sm_count * c:
+                if (varlen and c < VARLEN_SLAB < chunk
+                        and batch > lim.sm_count * VARLEN_SLAB_FROM
+                        and register_slabs(VARLEN_SLAB, own_threads(slab_rule, VARLEN_SLAB))):
+                    return VARLEN_SLAB
                 return c
         per_sm = -(-batch // (lim.sm_count * chunk))  # default chunks per SM, rounded up
         if (chunk > STREAM_SLAB and per_sm > 1 and (varlen or per_sm <= DENSE_STREAM_SLABS)
-                and register_slabs(STREAM_SLAB, own_threads(slab_threads, STREAM_SLAB))):
+                and register_slabs(STREAM_SLAB, own_threads(slab_rule, STREAM_SLAB))):
             return STREAM_SLAB
         return chunk
 
@@ -323,7 +342,7 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         if chunk_forced is None:
             slab = unforced_slab()
             if slab != chunk:
-                t = own_threads(slab_threads, slab)
+                t = own_threads(slab_rule, slab)
         smem = smem_chunked(slab, t, layout, rsv)
         if smem > lim.smem_static_bytes:
             return None
@@ -372,6 +391,9 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, knobs: Kno
     points.update((dyn_max, dyn_max + 1))
     for c in SLAB_SIZES:  # the chunked variant's slab changes there
         points.update((lim.sm_count * c, lim.sm_count * c + 1))
+    # where varlen's slabs of VARLEN_SLAB start (a point more for dense, which keeps
+    # its plan there: the boundaries do not depend on the mode)
+    points.update((lim.sm_count * VARLEN_SLAB_FROM, lim.sm_count * VARLEN_SLAB_FROM + 1))
     for k in (1, DENSE_STREAM_SLABS):  # and where streaming slabs start and end
         points.update((k * lim.sm_count * DEFAULT_CHUNK, k * lim.sm_count * DEFAULT_CHUNK + 1))
     return sorted(p for p in points if lo <= p <= hi)
