@@ -97,12 +97,13 @@ def test_schedule_call_derives_the_call_shape_from_its_plan():
     call = kernels.call(1, p, "e")
     assert (call.device, call.batch, call.next_n, call.num_sms) == (1, 70000, 1, 132)
     assert call.out_shape == (133, 2)
-    # 70000 varlen: 69 slabs of 1024 at 256 threads, one cooperative launch
+    # 70000 varlen: 35 slabs of 2048 at 256 threads, one cooperative launch (the
+    # workspace keeps each slab's 8 warp parts too)
     launch = call.launch
     assert (launch.device, launch.function, launch.grid, launch.threads, launch.smem,
-            launch.cooperative, launch.types) == (1, "e", 69, 256, 0, True, ARG_TYPES)
+            launch.cooperative, launch.types) == (1, "e", 35, 256, 0, True, ARG_TYPES)
     assert isinstance(call, paged_mqa.ScheduleCall)
-    assert call.ws_words == kernels.workspace_words(p) == 4 + 8 * 1024 + 69 * 4
+    assert call.ws_words == kernels.workspace_words(p) == 4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4
     # static and forced dynamic: no workspace, not cooperative, dynamic smem at launch
     small = kernels.call(0, jitmeta.plan(100, 2, arch="sm_90", num_sms=8), "f")
     assert (small.launch.grid, small.launch.cooperative, small.ws_words) == (1, False, 0)
@@ -266,13 +267,15 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     ws = emit["args"][6]
     assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, out.data_ptr(), ws)
     p = launcher.plan
-    # 70000 <= 132 * 1024: slabs of 1024, ceil(70000 / 1024) = 69 blocks of 256 threads
-    assert (p.code.capacity, p.grid, p.threads) == (1024, 69, 256)
+    # 132 * 256 < 70000 <= 132 * 2048: varlen slabs of 2048 (8 tokens per thread),
+    # ceil(70000 / 2048) = 35 blocks of 256 threads
+    assert (p.code.capacity, p.grid, p.threads) == (2048, 35, 256)
     assert (emit["grid"], emit["threads"], emit["stream"]) == (p.grid, p.threads, 0x5000)
     assert emit["cooperative"] and not emit["pdl"] and emit["smem"] == 0
-    # the workspace: zeroed, at least 4 + 8 * 1024 + 69 * 4 words (epoch, slots, slabs)
+    # the workspace: zeroed, at least 4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4 words (epoch,
+    # slots, slabs, the slabs' warp parts)
     buf = next(b for b in stand_in.allocations if ctypes.addressof(b) == ws)
-    assert len(buf) >= 4 * (4 + 8 * 1024 + 69 * 4) == launcher.ws_words * 4
+    assert len(buf) >= 4 * (4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4) == launcher.ws_words * 4
     assert set(bytes(buf)) == {0}
     assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
 
@@ -285,18 +288,18 @@ def test_stand_in_refused_cooperative_grid_is_halved_and_remembered(stand_in, ca
     stand_in.resident_blocks = 10
     with caplog.at_level("WARNING", logger="jitmeta"):
         _, launcher = _call(stand_in, 0, ctx, idx)
-        assert launcher.plan.grid == launcher.launch.grid == 69  # one block per slab
-        assert stand_in.tries == [69, 34, 17, 8]
+        assert launcher.plan.grid == launcher.launch.grid == 35  # one block per slab
+        assert stand_in.tries == [35, 17, 8]
         assert [l["grid"] for l in stand_in.launches] == [8]
         _call(stand_in, 0, ctx, idx)
         _call(stand_in, 0, torch.ones(300000, 1, dtype=I32))  # another shape, same device
-    assert stand_in.tries[4:] == [8, 8]
+    assert stand_in.tries[3:] == [8, 8]
     warnings = [r for r in caplog.records if "refused a cooperative launch" in r.message]
-    assert len(warnings) == 3  # 69 -> 34 -> 17 -> 8, each step once, then never again
+    assert len(warnings) == 2  # 35 -> 17 -> 8, each step once, then never again
     assert jit_launcher._grid_caps == {0: 8}
     stand_in.device = 1  # the other device keeps its own grid
     _call(stand_in, 1, ctx, idx)
-    assert stand_in.tries[-4:] == [69, 34, 17, 8]  # its own plan (69 slabs <= 108 SMs)
+    assert stand_in.tries[-3:] == [35, 17, 8]  # its own plan (35 slabs <= 108 SMs)
     assert jit_launcher._grid_caps == {0: 8, 1: 8}
     assert (jit_launcher.grid_cap(0), jit_launcher.grid_cap(1), jit_launcher.grid_cap(2)) \
         == (8, 8, None)

@@ -175,9 +175,9 @@ def test_installed_wheel_renders_and_compiles(installed, tmp_path):
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got)
     assert not Path(got["cwd"]).resolve().is_relative_to(REPO)
     assert got["variant"] == "chunked" and got["elf"] is True
-    # varlen, 100000 <= 132 * 1024: chunk 1024 at 256 threads:
-    # 1057 tile words * 4 + (8 + 2) summaries * 16 + 1024 reserved
-    assert got["smem"] == got["plan_smem"] == 1057 * 4 + 10 * 16 + 1024
+    # varlen, 132 * 256 < 100000 <= 132 * 2048: chunk 2048 at 256 threads:
+    # 2113 tile words * 4 + (8 + 2) summaries * 16 + 1024 reserved
+    assert got["smem"] == got["plan_smem"] == 2113 * 4 + 10 * 16 + 1024
 
 
 def test_installed_console_script_runs(installed, tmp_path):
