@@ -143,15 +143,6 @@ def fmt_spread(t) -> str:
     return "-" if t is None else f"{t['median']:.2f} us ({t['min']:.2f}-{t['max']:.2f})"
 
 
-def launch_bindings(fn, threads, stream, args, types) -> None:
-    """runtime.launch's plain launch through cuda.bindings instead of ctypes."""
-    params = runtime.thread_params(types)
-    params.pack(*args)
-    err, = runtime._drv.cuLaunchKernel(fn, 1, 1, 1, threads, 1, 1, 0, stream,
-                                       params.address, 0)
-    assert not err, err
-
-
 def gpu_parts() -> dict:
     """What the parts of the eager call cost on the GPU machine (a static plan)."""
     from jitmeta import dispatch, kernels
@@ -174,12 +165,9 @@ def gpu_parts() -> dict:
             lambda: runtime.make_current(dev)),
         "ctx.new_empty (CUDA caching allocator)": per_call_us(
             lambda: ctx.new_empty((NUM_SMS + 1, 2)), 2000),
-        "runtime.launch, packed kernelParams (used; ctypes where the driver "
-        "library opens)": per_call_us(
+        "runtime.launch, packed kernelParams (used)": per_call_us(
             lambda: runtime.launch(fn, 1, threads, 0, stream, args, types), 200, 15,
             gpu_sync),
-        "cuda.bindings cuLaunchKernel, packed kernelParams": per_call_us(
-            lambda: launch_bindings(fn, threads, stream, args, types), 200, 15, gpu_sync),
         "cuLaunchKernel, (values, types) tuple": per_call_us(
             lambda: runtime._drv.cuLaunchKernel(fn, 1, 1, 1, threads, 1, 1, 0, stream,
                                                 (args, types), 0), 200, 15, gpu_sync),

@@ -116,39 +116,6 @@ def test_schedule_call_derives_the_call_shape_from_its_plan():
     assert call.ws_words == 0 and call.launch.threads == 1024
 
 
-def test_plain_launches_call_the_driver_library_through_ctypes(monkeypatch):
-    """With cuda.bindings' driver in place, a launch without PDL calls the driver
-    library's cuLaunchKernel (cooperative: cuLaunchCooperativeKernel) through ctypes
-    (here recording stand-ins for the two), with the function handle as an int and the
-    packed kernelParams; a nonzero CUresult raises DriverError with its code."""
-    calls = []
-
-    class Direct:
-        def kernel(self, *a):
-            calls.append(("kernel", a))
-            return 0
-
-        def cooperative(self, *a):
-            calls.append(("cooperative", a))
-            return runtime.COOPERATIVE_LAUNCH_TOO_LARGE
-
-    assert runtime._drv is runtime._cuda_driver
-    monkeypatch.setattr(runtime, "_ctypes_launch", Direct())
-    monkeypatch.setattr(runtime, "_error",
-                        lambda err, what: runtime.DriverError(what, int(err)))
-    fn = runtime._drv.CUfunction(0x1234)
-    args = (0x7000, 0x7100, 8192, 1, 132, 0x7200, 0)
-    runtime.launch(fn, 3, 256, 100, 77, args, ARG_TYPES)
-    params = runtime.thread_params(ARG_TYPES)
-    assert calls == [("kernel", (0x1234, 3, 1, 1, 256, 1, 1, 100, 77, params.address, None))]
-    assert packed_values(params) == args
-    with pytest.raises(runtime.DriverError) as err:
-        runtime.launch(fn, 5, 512, 0, 78, args, ARG_TYPES, cooperative=True)
-    assert err.value.code == runtime.COOPERATIVE_LAUNCH_TOO_LARGE
-    assert "cuLaunchCooperativeKernel" in str(err.value)
-    assert calls[1] == ("cooperative", (0x1234, 5, 1, 1, 512, 1, 1, 0, 78, params.address))
-
-
 # --- the CUDA glue against a stand-in driver ---------------------------------------
 
 class _StandInDriver:

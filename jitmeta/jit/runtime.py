@@ -8,11 +8,7 @@ The launch path is built for a small per-call host cost: kernel arguments are pa
 with one ``struct.pack_into`` into a per-thread C buffer, and the driver gets the
 address of a ``void*[]`` that points into it (cuda.bindings accepts ``kernelParams``
 as such an address), instead of a ``(values, types)`` tuple that it would convert
-argument by argument on every call. The launch calls without attributes
-(``cuLaunchKernel``, ``cuLaunchCooperativeKernel``) go to the driver library that
-cuda.bindings loaded through ctypes, with argument types declared once, which converts
-plain ints with less work than cuda.bindings' per-call argument objects; launches with
-attributes (PDL) and everything else use cuda.bindings.
+argument by argument on every call.
 """
 
 from __future__ import annotations
@@ -305,38 +301,6 @@ def _launch_config(grid: int, threads: int, smem: int, stream: int, pdl: bool,
     return cfg
 
 
-class _CtypesLaunch:
-    """``cuLaunchKernel`` and ``cuLaunchCooperativeKernel`` of the driver library,
-    called through ctypes with their C signatures."""
-
-    def __init__(self, lib):
-        u, p = ctypes.c_uint, ctypes.c_void_p
-        # (f, gridDim x y z, blockDim x y z, sharedMemBytes, hStream, kernelParams)
-        common = [p, u, u, u, u, u, u, u, p, p]
-        self.kernel = lib.cuLaunchKernel
-        self.kernel.argtypes = common + [p]  # + extra
-        self.kernel.restype = ctypes.c_int
-        self.cooperative = lib.cuLaunchCooperativeKernel
-        self.cooperative.argtypes = common
-        self.cooperative.restype = ctypes.c_int
-
-
-_ctypes_launch: "_CtypesLaunch | bool | None" = None  # None: not looked up yet
-
-
-def _direct() -> "_CtypesLaunch | bool":
-    """The ctypes launch functions, or False where the driver library cannot be opened
-    by its soname (it is then already loaded: cuda.bindings opened it to load the
-    module being launched, and the same library is returned)."""
-    global _ctypes_launch
-    if _ctypes_launch is None:
-        try:
-            _ctypes_launch = _CtypesLaunch(ctypes.CDLL("libcuda.so.1"))
-        except (OSError, AttributeError):
-            _ctypes_launch = False
-    return _ctypes_launch
-
-
 def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
            types: tuple, pdl: bool = False, cooperative: bool = False) -> None:
     """Launch ``fn`` on ``stream`` (a raw cudaStream_t as int). No synchronization.
@@ -354,19 +318,6 @@ def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
     params = thread_params(types)
     params.pack(*args)
     driver = _drv
-    if not pdl and driver is _cuda_driver:  # (a stand-in driver in tests: not here)
-        direct = _ctypes_launch or _direct()
-        if direct:
-            if cooperative:
-                err = direct.cooperative(int(fn), grid, 1, 1, threads, 1, 1, smem, stream,
-                                         params.address)
-            else:
-                err = direct.kernel(int(fn), grid, 1, 1, threads, 1, 1, smem, stream,
-                                    params.address, None)
-            if err:
-                raise _error(driver.CUresult(err), "cuLaunchCooperativeKernel" if cooperative
-                             else "cuLaunchKernel")
-            return
     if pdl or cooperative:
         err, = driver.cuLaunchKernelEx(
             _launch_config(grid, threads, smem, stream, pdl, cooperative), fn,
