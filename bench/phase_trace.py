@@ -44,6 +44,7 @@ MARKS = 16  # slots per block
 ENTRY, LOADED, PHASE1, EXCHANGED, END, SCANNED, WAITED = 0, 1, 2, 3, 4, 5, 6
 # accumulated spans of phase 2 (cycles summed over a call, and how many)
 RESIDENT, RELOAD, REEMIT, PARTS = 8, 9, 10, 11
+PREFIXED, SEARCHED = 12, 13  # a whole batch in one block: prefix keys written, rows found
 SPANS = ((RESIDENT, "resident slab rows"), (RELOAD, "reloads"), (REEMIT, "reloaded rows"),
          (PARTS, "register slab parts"))
 CASES = [  # (format, mode, batch)
@@ -117,12 +118,18 @@ EDITS = [
     # a slab read into registers (a static tile; a chunked block's last slab): loaded
     # once its words are formed
     ("both", "        reg_words(f, lo, pos, mult, w);  // every lane: it shuffles\n",
-     "{a}        jitmeta_mark(%d, true);\n" % LOADED),
+     # (the empty asm consumes every word: their loads land before the mark, not after)
+     "{a}        asm volatile(\"\" :: " + ", ".join(f'"r"(w[{k}])' for k in range(9))
+     + ");\n        jitmeta_mark(%d, true);\n" % LOADED),
     # the whole batch in one block (Engine::whole), tile loaded by the block or in registers
     ("both", "            load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);\n"
      "            __syncthreads();\n", "{a}            jitmeta_mark(%d, false);\n" % LOADED),
     ("both", "        emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,\n",
      "        jitmeta_mark(%d, true);\n{a}" % SCANNED),
+    ("both", "        if (!F::prefix_whole(tile, t, mult, &total)) return false;  // uniform: t.block\n",
+     "{a}        jitmeta_mark(%d, true);\n" % PREFIXED),
+    ("both", "            reinterpret_cast<int2*>(out)[s] = row;\n        }\n",
+     "{a}        jitmeta_mark(%d, true);\n" % SEARCHED),
     ("static", "                                  scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
 ]
 
@@ -172,6 +179,7 @@ def phases_of(variant: str) -> list[tuple[str, int, int]]:
                 ("publish and wait", PHASE1, WAITED), ("slot scan", WAITED, EXCHANGED),
                 ("phase 2", EXCHANGED, END), ("total", ENTRY, END)]
     return [("load", ENTRY, LOADED), ("scan", LOADED, SCANNED), ("rows", SCANNED, END),
+            ("rows: prefix keys", SCANNED, PREFIXED), ("rows: search", PREFIXED, SEARCHED),
             ("total", ENTRY, END)]
 
 
