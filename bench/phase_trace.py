@@ -215,7 +215,9 @@ def run_case(fmt: str, mode: str, batch: int, calls: int, gen) -> dict:
                 "slowest_block_cycles": statistics.median(map(max, per_block))}
 
     phases = {name: cycles(lambda blk, a=a, b=b: blk[b][0] - blk[a][0])
-              for name, a, b in phases_of(p.variant)}
+              for name, a, b in phases_of(p.variant)
+              # (a mark the kernel's path does not pass stays 0: no such phase)
+              if all(blk[a][0] and blk[b][0] for tr in per_call for blk in tr)}
     if p.variant == "chunked":
         for k, name in SPANS:  # summed per block: cycles, and how many
             phases[name] = {**cycles(lambda blk, k=k: blk[k][0]),
