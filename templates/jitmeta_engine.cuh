@@ -377,21 +377,19 @@ struct Engine : F {
     // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
     // `whole`: the slab is the whole batch and its own work is the total); `last` says
     // this slab also owns the rows of the SMs starting at the total (F::end_row).
-    // A whole batch in one block goes to emit_whole first when `search`, which may take
-    // it: a search over prefix sums computes 32 rows per warp instruction, where a walk
-    // computes each row in one lane (measured on an H200 when the block loaded and
-    // scanned its tile: 26.5K warp instructions against 14.0K at batch 8192). The walk
-    // has the shorter chain (no prefix pass, no barrier before the rows, no dependent
-    // search), which is what small chunked blocks, and a tile read into registers (its
-    // search took 2.0K of its 9.7K cycles, the prefix keys 1.6K), are bound by.
-    // Uniform control flow around the barriers.
+    // A whole batch in one block goes to emit_whole first, which may take it: one
+    // block of many warps is bound by the instructions it issues, and a walk computes
+    // each row in one lane while its warp waits, where a search over prefix sums
+    // computes 32 rows per warp instruction (measured on an H200: 26.5K warp
+    // instructions against 14.0K at batch 8192). Small chunked blocks are bound by
+    // latency instead, and the walk has the shorter chain (no prefix pass, no barrier
+    // before the rows, no dependent search). Uniform control flow around the barriers.
     __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
                                                         u32 n, S carry, Work total,
                                                         bool whole, bool last, u32 batch,
                                                         u32 mult, u32 num_sms,
-                                                        int* __restrict__ out, Scratch& sc,
-                                                        bool search = true) {
-        if (whole && search && emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
+                                                        int* __restrict__ out, Scratch& sc) {
+        if (whole && emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
         const S before = S::compose(carry, t.before);
         if (whole) total = F::work(S::compose(carry, t.block));
         Work q;
@@ -720,9 +718,8 @@ struct Engine : F {
             __syncthreads();
             t = scan_tile(tile, 0u, batch, mult, sc);
         }
-        // (a tile read into registers: rows by the walk)
         emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
-                     num_sms, out, sc, !regs);
+                     num_sms, out, sc);
     }
 
     template <u32 CHUNK>
