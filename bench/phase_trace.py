@@ -110,7 +110,7 @@ EDITS = [
      "                unsigned long long jm_t = jitmeta_begin();\n"
      "                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);\n"
      "                jm_t = jitmeta_add(%d, jm_t);\n" % RELOAD),
-    ("chunked", "                emit_tile(tile, lo, n, cl, total, false, false, batch, mult, num_sms, out, sc);\n",
+    ("chunked", "                emit_reloaded(tile, lo, n, cl, total, batch, mult, num_sms, out, sc);\n",
      "{a}                jitmeta_add(%d, jm_t);\n" % REEMIT),
     ("chunked", "                        emit_parts(j, cl);\n",
      "                        unsigned long long jm_t = jitmeta_begin();\n{a}"

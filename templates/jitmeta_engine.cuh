@@ -406,13 +406,13 @@ struct Engine : F {
         drain(p);
     }
 
-    // Scans the loaded slab and writes its rows (see emit_scanned).
-    __device__ __forceinline__ static void emit_tile(u32* tile, u32 lo, u32 n, S carry,
-                                                     Work total, bool whole, bool last,
-                                                     u32 batch, u32 mult, u32 num_sms,
-                                                     int* __restrict__ out, Scratch& sc) {
+    // Scans a slab reloaded into the tile and writes its rows (see emit_scanned).
+    __device__ __forceinline__ static void emit_reloaded(u32* tile, u32 lo, u32 n, S carry,
+                                                         Work total, u32 batch, u32 mult,
+                                                         u32 num_sms, int* __restrict__ out,
+                                                         Scratch& sc) {
         const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);
-        emit_scanned(tile, t, lo, n, carry, total, whole, last, batch, mult, num_sms, out, sc);
+        emit_scanned(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out, sc);
     }
 
     // --- chunked variant: one cooperative launch ---------------------------------------
@@ -622,28 +622,28 @@ struct Engine : F {
     // --- a slab read into registers, words kept in the tile -----------------------------
     //
     // A slab of 8 elements per thread (CHUNK == 8 * THREADS) that must stay in shared
-    // memory for its rows (a static tile: the whole batch; a chunked block's last slab)
-    // is loaded as a register slab is: thread t reads its own elements [lo + 8t,
-    // lo + 8t + 8) (16-byte loads when the inputs are aligned, next_n is 1 and all 8
-    // lie in the batch; else one clamped load each), summarizes them in registers for
-    // the block scan and writes their words, and the halo, into the tile. Against
+    // memory for its rows (a static tile: the whole batch; a chunked block's last slab),
+    // when its inputs allow 16-byte loads (reg_capable), is loaded as a register slab
+    // is: thread t reads its own elements [lo + 8t, lo + 8t + 8) (16-byte loads; one
+    // clamped load each in the thread holding the batch's end when it is not a multiple
+    // of 8), summarizes them in registers for the block scan and writes their words, and
+    // the halo, into the tile. Against
     // load_tile + scan_tile: 4 (varlen) or 2 (dense) loads per thread instead of 24 or
     // 8, and no read of the tile before the scan. Slices are [8t, 8t + 8) clipped to
     // the slab, not slice()'s.
 
     // Clamped scalar loads of position `pos` of a slab at lo (elements past the batch
-    // read its last one), in the layout reg_fetch leaves.
+    // read its last one; dense: next_n 1), in the layout reg_fetch leaves.
     __device__ __forceinline__ static void reg_fetch_scalar(RegFetched& f,
                                                             const int* __restrict__ ctx,
                                                             const int* __restrict__ idx,
-                                                            u32 lo, u32 batch, u32 next_n,
-                                                            u32 pos) {
+                                                            u32 lo, u32 batch, u32 pos) {
         const u32 top = batch - 1u, e0 = lo + pos * 8u;
         int* c = reinterpret_cast<int*>(&f.v[0]);
 #pragma unroll
         for (u32 k = 0; k < 8u; ++k) {
             const u32 e = min(e0 + k, top);
-            c[k] = VARLEN ? __ldg(ctx + e) : __ldg(ctx + (u64)e * next_n + (next_n - 1u));
+            c[k] = __ldg(ctx + e);
         }
         if constexpr (VARLEN) {
             int* id = reinterpret_cast<int*>(&f.v[2]);
@@ -664,15 +664,15 @@ struct Engine : F {
     template <u32 CHUNK>
     __device__ __forceinline__ static Scanned<S> reg_scan(u32* tile, const int* __restrict__ ctx,
                                                           const int* __restrict__ idx, u32 lo,
-                                                          u32 n, u32 batch, u32 next_n,
-                                                          u32 mult, Scratch& sc) {
+                                                          u32 n, u32 batch, u32 mult,
+                                                          Scratch& sc) {
         static_assert(kRegSlabs<CHUNK>, "8 elements per thread");
         const u32 pos = threadIdx.x, i0 = 8u * pos, e0 = lo + i0;
         RegFetched f;
         if (e0 + 8u <= batch)  // per thread: no exchange inside
             reg_fetch(f, ctx, idx, lo, batch, pos);
         else
-            reg_fetch_scalar(f, ctx, idx, lo, batch, next_n, pos);
+            reg_fetch_scalar(f, ctx, idx, lo, batch, pos);
         u32 w[9];
         reg_words(f, lo, pos, mult, w);  // every lane: it shuffles
         // Past the batch: dense, no work; varlen, the halo's boundary word (seg 0), so
@@ -711,7 +711,7 @@ struct Engine : F {
         bool regs = false;
         if constexpr (kRegSlabs<CAPACITY>) {
             regs = reg_capable(ctx, idx, next_n);  // uniform
-            if (regs) t = reg_scan<CAPACITY>(tile, ctx, idx, 0u, batch, batch, next_n, mult, sc);
+            if (regs) t = reg_scan<CAPACITY>(tile, ctx, idx, 0u, batch, batch, mult, sc);
         }
         if (!regs) {
             load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);
@@ -811,7 +811,7 @@ struct Engine : F {
         if constexpr (kRegs) {
             if (regs && j < j1) {  // uniform; then j == jr
                 const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-                kept = reg_scan<CHUNK>(tile, ctx, idx, lo, n, batch, next_n, mult, sc);
+                kept = reg_scan<CHUNK>(tile, ctx, idx, lo, n, batch, mult, sc);
                 before_kept = mine;
                 mine = S::compose(mine, kept.block);
                 j = j1;
@@ -942,7 +942,7 @@ struct Engine : F {
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
                 __syncthreads();
-                emit_tile(tile, lo, n, cl, total, false, false, batch, mult, num_sms, out, sc);
+                emit_reloaded(tile, lo, n, cl, total, batch, mult, num_sms, out, sc);
             }
         }
     }

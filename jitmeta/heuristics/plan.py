@@ -39,7 +39,8 @@ __all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_bat
            "smem_static", "smem_dynamic", "smem_chunked", "smem_scratch", "tile_words",
            "static_threads", "slab_threads",
            "VARIANTS", "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK",
-           "SLAB_SIZES", "VARLEN_SLAB", "VARLEN_SLAB_FROM", "MAX_GRID", "EPOCH_WORDS", "REG_PER_THREAD", "register_slabs",
+           "SLAB_SIZES", "VARLEN_SLAB", "VARLEN_SLAB_FROM", "MAX_GRID", "EPOCH_WORDS",
+           "REG_PER_THREAD", "register_slabs",
            "workspace_words", "chunked_grid"]
 
 VARIANTS = ("static", "dynamic", "chunked")

@@ -85,8 +85,8 @@ class TileScheduleFamily:
             "scratch_bytes": smem_scratch(code.threads, lay),
             "slot_words": lay.slot_words, "max_grid": MAX_GRID,
             "epoch_words": EPOCH_WORDS, "tile_words": lay.tile_alloc_words(code.capacity),
-            "register_slabs": code.variant != "dynamic"
-            and register_slabs(code.capacity, code.threads),
+            # (a dynamic code has capacity 0: never register slabs)
+            "register_slabs": register_slabs(code.capacity, code.threads),
         }
         describe = {k: getattr(code, k) for k in code.__dataclass_fields__}
         return KernelSource.make(family=self.name, name=code.name, template=TEMPLATE,
