@@ -349,7 +349,10 @@ def test_broken_static_register_tile_is_caught(name, edits):
     cases = []
     for threads, schedule in ((128, "smxx"), (256, "sm90"), (128, "sm100")):
         cap = 8 * threads
-        for batch, misalign in ((cap, 0), (cap - 9, 4), (rng.randint(cap // 2 + 1, cap), 0)):
+        # the random batch ends 2-7 elements into its last thread, so the thread holding
+        # the batch end loads element by element (a partial thread of one element would not)
+        ragged = rng.randint(cap // 16 + 1, cap // 8 - 1) * 8 + rng.randint(2, 7)
+        for batch, misalign in ((cap, 0), (cap - 9, 4), (ragged, 0)):
             for run in (2, 9, 0):  # runs crossing slices at every parity; random runs
                 idx = (indices("runs", batch, rng, g) if run == 0 else
                        (torch.arange(batch) // run).to(torch.int32))
