@@ -521,7 +521,7 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
 
 # Register slabs (8 elements per thread, aligned inputs): phase 2 reloads only the warp
 # parts of a slab that hold an SM start.
-REGISTER_MUTANTS = [
+PART_RELOAD_MUTANTS = [
     ("a part's rows start from its slab's carry",
      [(r"S::compose\(ppre\.shfl\(\(int\)pt\),", "S::compose(pre,")]),
     ("a part's lanes all start from the part's carry",
@@ -534,9 +534,10 @@ REGISTER_MUTANTS = [
 ]
 
 
-@pytest.mark.parametrize("name,edits", REGISTER_MUTANTS, ids=[m[0] for m in REGISTER_MUTANTS])
-def test_broken_register_slab_kernel_is_caught(name, edits):
-    rng, g = rngs("register mutant", name)
+@pytest.mark.parametrize("name,edits", PART_RELOAD_MUTANTS,
+                         ids=[m[0] for m in PART_RELOAD_MUTANTS])
+def test_broken_part_reload_is_caught(name, edits):
+    rng, g = rngs("part reload mutant", name)
     cases = []
     for i in range(8):
         varlen = i % 4 >= 2
@@ -555,7 +556,7 @@ def test_broken_register_slab_kernel_is_caught(name, edits):
         broken = mutate(render(p.code), edits)
         if broken is None:
             pytest.fail(f"the kernel source no longer contains the code mutant '{name}' "
-                        f"edits ({edits[0][0]!r}): update REGISTER_MUTANTS")
+                        f"edits ({edits[0][0]!r}): update PART_RELOAD_MUTANTS")
         cases.append(dataclasses.replace(base, plan=p, source=broken))
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases)
