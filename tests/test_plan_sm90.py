@@ -56,50 +56,48 @@ def test_sm90_static_chunked_boundary(sm90, varlen):
     assert "dynamic" not in first.reason
 
 
-# (last batch of a slab, its slab, threads, dense / varlen bytes, then the next batch's
-# chunk, threads, slabs, dense / varlen bytes) on sm_90, 132 SMs: a slab serves while every
-# SM's block gets at most one slab of it, so up to 132 * slab; the next batch needs 133
-# slabs of it and takes the next size: 132 * c = 66 * 2c, so 67 slabs of 2c, 67 blocks
+# Dense on sm_90, 132 SMs (varlen: the test below): a slab serves while every SM's block
+# gets at most one slab of it, so up to 132 * slab; the next batch needs 133 slabs of it
+# and takes the next size: 132 * c = 66 * 2c, so 67 slabs of 2c, 67 blocks.
+# (last batch of a slab, its slab, threads, bytes, then the next batch's chunk, threads,
+# bytes)
 SM90_SLAB_EDGES = [
-    # 132 * 1024 = 135168; 1057 * 4 + 40 (160) + 1024 = 5292 (5412) B at 256 threads;
-    # 2113 * 4 + 72 (288) + 1024 = 9548 (9764) B at 512 threads
-    pytest.param(135168, 1024, 256, 5292, 5412, 2048, 512, 9548, 9764, id="1024-2048"),
-    # 132 * 2048 = 270336; 4225 * 4 + 72 (288) + 1024 = 17996 (18212) B at 512 threads
-    pytest.param(270336, 2048, 512, 9548, 9764, 4096, 512, 17996, 18212, id="2048-4096"),
-    # 132 * 4096 = 540672; the default chunk: 8449 * 4 + 136 (544) + 1024 = 34956 (35364) B
-    pytest.param(540672, 4096, 512, 17996, 18212, 8192, 1024, 34956, 35364,
-                 id="4096-8192"),
+    # 132 * 1024 = 135168; 1057 * 4 + 40 + 1024 = 5292 B at 256 threads;
+    # 2113 * 4 + 72 + 1024 = 9548 B at 512 threads
+    pytest.param(135168, 1024, 256, 5292, 2048, 512, 9548, id="1024-2048"),
+    # 132 * 2048 = 270336; 4225 * 4 + 72 + 1024 = 17996 B at 512 threads
+    pytest.param(270336, 2048, 512, 9548, 4096, 512, 17996, id="2048-4096"),
+    # 132 * 4096 = 540672; the default chunk: 8449 * 4 + 136 + 1024 = 34956 B
+    pytest.param(540672, 4096, 512, 17996, 8192, 1024, 34956, id="4096-8192"),
 ]
 
 
-@pytest.mark.parametrize("last_batch,slab,threads,dense_b,varlen_b,"
-                         "next_chunk,next_threads,next_dense_b,next_varlen_b", SM90_SLAB_EDGES)
-@pytest.mark.parametrize("varlen", [False], ids=["dense"])  # varlen: the test below
-def test_sm90_slab_boundaries(sm90, varlen, last_batch, slab, threads, dense_b, varlen_b,
-                              next_chunk, next_threads, next_dense_b, next_varlen_b):
+@pytest.mark.parametrize("last_batch,slab,threads,nbytes,next_chunk,next_threads,next_bytes",
+                         SM90_SLAB_EDGES)
+def test_sm90_slab_boundaries(sm90, last_batch, slab, threads, nbytes, next_chunk,
+                              next_threads, next_bytes):
     assert last_batch == 132 * slab
     # the last batch of the slab: 132 slabs, 132 blocks (min(132, 132 SMs, threads, 1024))
-    last = run_plan(last_batch, sm90, varlen)
+    last = run_plan(last_batch, sm90, False)
     assert (last.variant, last.code.capacity, last.threads, last.code.threads, last.grid) \
         == ("chunked", slab, threads, threads, 132)
-    assert last.smem_static_bytes == (varlen_b if varlen else dense_b)
-    assert last.smem_static_bytes == O.chunked_bytes(slab, threads, varlen, 1024)
+    assert last.smem_static_bytes == nbytes == O.chunked_bytes(slab, threads, False, 1024)
     assert last.smem_dynamic_bytes == 0
     assert f"132 cooperative block(s) over 132 slab(s) of {slab} elements" in last.reason
     # one more: 133 slabs of the slab would leave a block two; the next size (67 slabs)
-    first = run_plan(last_batch + 1, sm90, varlen)
+    first = run_plan(last_batch + 1, sm90, False)
     assert (first.variant, first.code.capacity, first.threads, first.code.threads,
             first.grid) == ("chunked", next_chunk, next_threads, next_threads, 67)
-    assert first.smem_static_bytes == (next_varlen_b if varlen else next_dense_b)
-    assert first.smem_static_bytes == O.chunked_bytes(next_chunk, next_threads, varlen, 1024)
+    assert first.smem_static_bytes == next_bytes \
+        == O.chunked_bytes(next_chunk, next_threads, False, 1024)
     assert first.smem_dynamic_bytes == 0
     assert f"67 cooperative block(s) over 67 slab(s) of {next_chunk} elements" in first.reason
     # both sides against the documented policy (the grid too)
     for p in (last, first):
         assert (p.code.capacity, p.threads, p.smem_static_bytes, p.grid) \
-            == O.chunked(p.batch, sm90, 1024, varlen), p.batch
+            == O.chunked(p.batch, sm90, 1024, False), p.batch
     # the half-way point of the next size is still on it: 132 * 1.5 slab
-    mid = run_plan(last_batch + last_batch // 2, sm90, varlen)
+    mid = run_plan(last_batch + last_batch // 2, sm90, False)
     assert (mid.code.capacity, mid.threads) == (next_chunk, next_threads)
 
 
