@@ -92,6 +92,7 @@ def base_meta(argv, script: str) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     import jitmeta
+    from jitmeta import envs
     from jitmeta.jit.compiler import nvrtc_version
 
     try:
@@ -101,7 +102,8 @@ def base_meta(argv, script: str) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
             "command": command_line(argv, script), "commit": git_commit(),
             "jitmeta": jitmeta.__version__, "python": platform.python_version(),
-            "nvrtc": nvrtc_version(), "cuda_bindings": bindings}
+            "nvrtc": nvrtc_version(), "cuda_bindings": bindings,
+            "nvrtc_extra_flags": list(envs.get("JITMETA_NVRTC_FLAGS"))}
 
 
 def gpu_meta() -> dict:

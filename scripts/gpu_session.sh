@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [configs]
-#                               [hostcmp] [profile] [ncu] [phases] [cu12]
+#                               [hostcmp] [profile] [ncu] [phases] [flagab] [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
 # "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
@@ -118,6 +118,23 @@ for stage in $stages; do
       # where the chunked and static kernels spend their time (bench/phase_trace.py)
       timeout ${JITMETA_PHASES_TIMEOUT:-120} python3 "$repo/bench/phase_trace.py" --out "$OUT" 2>&1 | tee "$OUT/phases.log" | tail -20
       rc=$((rc | ${PIPESTATUS[0]})) ;;
+    flagab)
+      # NVRTC options A/B: the metadata benchmark (no tuning table) with JITMETA_NVRTC_FLAGS
+      # set to FLAGAB_A (default: --Ofast-compile=0, NVRTC's full optimization) and to
+      # FLAGAB_B (default: --Ofast-compile=min), each with its own kernel cache,
+      # alternating, twice each; a record per run under $OUT/flagab-{a,b}-{1,2}/
+      for i in 1 2; do
+        for which in a b; do
+          flags=${FLAGAB_A:---Ofast-compile=0}
+          [ "$which" = b ] && flags=${FLAGAB_B:---Ofast-compile=min}
+          mkdir -p "$OUT/flagab-$which-$i"
+          JITMETA_NVRTC_FLAGS="$flags" JITMETA_CACHE_DIR=/tmp/jitmeta-cache-flagab-$which \
+              timeout 150 python3 "$repo/bench/benchmark_metadata.py" --no-tuning \
+              ${FLAGAB_BATCHES:+--batches $FLAGAB_BATCHES} --out "$OUT/flagab-$which-$i" \
+              > "$OUT/flagab-$which-$i.log" 2>&1
+          r=$?; echo "flagab $which ($flags) run $i: exit $r"; rc=$((rc | r))
+        done
+      done ;;
     cu12)
       (cd "$repo" && PYTHONPATH= bash scripts/cu12_smoke.sh) 2>&1 | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
