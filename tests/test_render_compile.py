@@ -500,14 +500,7 @@ def test_unknown_kernel_name_raises():
 
 def test_compile_options_flag_list():
     opts = CompileOptions(arch="sm_90a")
-    base = [b"--gpu-architecture=sm_90a", b"--std=c++17", b"-DNDEBUG"]
-    assert opts.as_bytes() == base + [b"--Ofast-compile=min"]
-    # NVRTC 12.6 and 12.8 reject the level "min" (they take 0 and max): they get the
-    # rest; the key (as_bytes) does not depend on the NVRTC
-    for version, fast in (((12, 6), False), ((12, 8), False), ((12, 9), True),
-                          ((13, 0), True), ((13, 5), True)):
-        assert opts.for_nvrtc(version) == base + [b"--Ofast-compile=min"] * fast, version
-    assert CompileOptions(arch="sm_90a", fast_compile=None).as_bytes() == base
+    assert opts.as_bytes() == [b"--gpu-architecture=sm_90a", b"--std=c++17", b"-DNDEBUG"]
     source = kernels.source(_plan_case(CASES[14]).code)  # an sm_100 code
     assert source.arch == "sm_100"
     extra = jit_build.options_for(
@@ -516,44 +509,12 @@ def test_compile_options_flag_list():
     assert extra.as_bytes()[-2:] == [b"-lineinfo", b"-DFOO=a b"]
     plain = jit_build.options_for(source, Knobs())
     assert plain != extra and plain.as_bytes() == [b"--gpu-architecture=sm_100",
-                                                    b"--std=c++17", b"-DNDEBUG",
-                                                    b"--Ofast-compile=min"]
-    # JITMETA_NVRTC_FLAGS comes after the default level: a level there wins in NVRTC
-    off = jit_build.options_for(source, Knobs.from_values(
-        JITMETA_NVRTC_FLAGS="--Ofast-compile=0"))
-    assert off.as_bytes()[-2:] == [b"--Ofast-compile=min", b"--Ofast-compile=0"]
+                                                    b"--std=c++17", b"-DNDEBUG"]
     # the flags are part of the key; the rendered text is not affected
     k1, text1, _ = jit_build.key_for(source, Knobs())
     k2, text2, _ = jit_build.key_for(
         source, Knobs.from_values(JITMETA_NVRTC_FLAGS="-lineinfo '-DFOO=a b'"))
     assert k1 != k2 and text1 == text2
-
-
-def _code_sections(cubin: bytes) -> dict[str, bytes | int]:
-    """The bytes of every .text / .nv.info / .nv.constant section, the size of every
-    .nv.shared one (it has no bytes in the file)."""
-    from jitmeta.jit.cubin_info import _sections
-
-    return {name: size if name.startswith(".nv.shared") else cubin[off:off + size]
-            for name, (size, _, off) in _sections(cubin).items()
-            if name.startswith((".text.", ".nv.info", ".nv.shared", ".nv.constant"))}
-
-
-def test_fast_compile_level_is_passed_and_can_be_turned_off():
-    from jitmeta.jit.compiler import nvrtc_version
-
-    code = _plan_case(CASES[0]).code
-    text = render(code)
-    fast = compile_cubin(text, CompileOptions(arch=code.arch))
-    full = compile_cubin(text, CompileOptions(arch=code.arch, fast_compile=None))
-    off = compile_cubin(text, CompileOptions(arch=code.arch, extra=("--Ofast-compile=0",)))
-    major, minor = map(int, nvrtc_version().split("."))
-    assert ("--Ofast-compile=min" in fast.options) == ((major, minor) >= (12, 9))
-    assert "--Ofast-compile=min" not in full.options
-    # a later level in the extra flags wins: the same machine code as no level at all
-    assert _code_sections(off.cubin) == _code_sections(full.cubin)
-    if "--Ofast-compile=min" in fast.options:
-        assert _code_sections(fast.cubin) != _code_sections(full.cubin)
 
 
 BROKEN = """extern "C" __global__ void jitmeta_emit(int* out) {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..envs import Knobs
 from .cache import CacheError, DiskCache, cache_key, default_lock_dir
-from .compiler import (CompileOptions, CompileResult, NvrtcUnavailableError, compile_cubin,
+from .compiler import (CompileOptions, NvrtcUnavailableError, compile_cubin,
                        cuda_bindings_version)
 from .cubin_info import kernel_resources
 from .render import render
@@ -199,8 +199,7 @@ _manifest_warned: set[str] = set()
 
 
 def _metadata(source: KernelSource, example: dict | None, options: CompileOptions,
-              result: CompileResult, seconds: float) -> dict:
-    cubin = result.cubin
+              cubin: bytes, seconds: float, nvrtc: str) -> dict:
     describe = dict(source.describe)
     return {
         "family": source.family,
@@ -209,9 +208,8 @@ def _metadata(source: KernelSource, example: dict | None, options: CompileOption
         "variant": describe.get("variant", source.family),
         "arch": source.arch,
         "kernel_names": list(source.kernels),
-        "nvrtc_options": [o.decode() for o in options.as_bytes()],  # the key's
-        "nvrtc_passed": list(result.options),  # less what this NVRTC predates
-        "nvrtc_version": result.nvrtc_version,
+        "nvrtc_options": [o.decode() for o in options.as_bytes()],
+        "nvrtc_version": nvrtc,
         "cuda_bindings_version": cuda_bindings_version(),
         "resources": {n: kernel_resources(cubin, n) for n in source.kernels},
         "example_plan": example,
@@ -332,7 +330,8 @@ def _build_locked(source, knobs, key, text, options, disk, offline, example, hin
             raise NvrtcUnavailableError(_no_nvrtc_message(source, key, disk, hint, what,
                                                           exc)) from exc
         _count("compiles")
-        meta = _metadata(source, example, options, result, time.perf_counter() - t0)
+        meta = _metadata(source, example, options, result.cubin,
+                         time.perf_counter() - t0, result.nvrtc_version)
         error = _publish(disk, knobs, key, result.cubin, meta, text) if can_publish else None
         return Built(key, source, result.cubin, names, meta, "compiled",
                      stored=can_publish and error is None, store_error=error)

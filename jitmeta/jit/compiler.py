@@ -122,36 +122,18 @@ class NvrtcUnavailableError(CompileError):
         super().__init__(message)
 
 
-# The fast-compile level asked of NVRTC by default, and the first NVRTC that accepts it
-# (12.6 and 12.8 know the option but take only 0 and max). "min" trims the compile
-# time of a variant by about a quarter on a 2-core CPU; an older NVRTC compiles
-# without it. JITMETA_NVRTC_FLAGS=--Ofast-compile=0 turns it off (a later option wins).
-FAST_COMPILE = "min"
-FAST_COMPILE_SINCE = (12, 9)
-
-
 @dataclass(frozen=True)
 class CompileOptions:
-    """The NVRTC options of one compile. :meth:`as_bytes` is what the cache key hashes;
-    :meth:`for_nvrtc` what a given NVRTC is passed (the same, less a fast-compile level
-    it predates)."""
+    """The exact NVRTC option list (hashed into the cache key as bytes)."""
 
     arch: str  # "sm_90", "sm_90a", "sm_100", ...
     std: str = "c++17"
     extra: tuple[str, ...] = field(default_factory=tuple)
-    fast_compile: str | None = FAST_COMPILE  # None: NVRTC's default (full optimization)
-
-    def _flags(self, fast: bool) -> list[str]:
-        flags = [f"--gpu-architecture={self.arch}", f"--std={self.std}", "-DNDEBUG"]
-        if fast and self.fast_compile:
-            flags.append(f"--Ofast-compile={self.fast_compile}")
-        return flags + list(self.extra)
 
     def as_bytes(self) -> list[bytes]:
-        return [f.encode() for f in self._flags(True)]
-
-    def for_nvrtc(self, version: tuple[int, int]) -> list[bytes]:
-        return [f.encode() for f in self._flags(version >= FAST_COMPILE_SINCE)]
+        flags = [f"--gpu-architecture={self.arch}", f"--std={self.std}",
+                 "-DNDEBUG", *self.extra]
+        return [f.encode() for f in flags]
 
 
 @dataclass(frozen=True)
@@ -160,7 +142,6 @@ class CompileResult:
     log: str
     seconds: float
     nvrtc_version: str
-    options: tuple[str, ...] = ()  # what NVRTC was passed
 
 
 _INSTALL_HINT = ("install the NVRTC that matches your CUDA stack: pip install "
@@ -235,18 +216,14 @@ def _program_log(prog) -> str:
     return buf.rstrip(b"\x00").decode(errors="replace")
 
 
-def _version_of(nvrtc) -> tuple[int, int] | None:
-    err, major, minor = nvrtc.nvrtcVersion()
-    return (major, minor) if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else None
-
-
 def nvrtc_version() -> str:
     """``"13.5"`` / ``"12.6"``, or ``"unavailable"`` when no NVRTC can be loaded."""
     try:
-        version = _version_of(_nvrtc())
+        nvrtc = _nvrtc()
     except NvrtcUnavailableError:
         return "unavailable"
-    return "unavailable" if version is None else "%d.%d" % version
+    err, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}" if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else "unavailable"
 
 
 def cuda_bindings_version() -> str:
@@ -289,7 +266,7 @@ def compile_cubin(source: str, options: CompileOptions, name: str = "jitmeta.cu"
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(err, "program creation", source=source, name=name)
     try:
-        flags = options.for_nvrtc(_version_of(nvrtc) or (0, 0))
+        flags = options.as_bytes()
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
         _check(err, f"compilation for {options.arch}", prog, source, name)
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
@@ -306,5 +283,4 @@ def compile_cubin(source: str, options: CompileOptions, name: str = "jitmeta.cu"
                            name)
     log.debug("compiled %s for %s in %.1f ms", name, options.arch, seconds * 1e3)
     return CompileResult(cubin=bytes(cubin), log=text, seconds=seconds,
-                         nvrtc_version=nvrtc_version(),
-                         options=tuple(f.decode() for f in flags))
+                         nvrtc_version=nvrtc_version())
