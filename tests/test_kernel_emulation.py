@@ -514,6 +514,16 @@ def test_broken_kernel_is_caught(name, edits, variants, modes):
                     pytest.fail(f"the kernel source no longer contains the code mutant "
                                 f"'{name}' edits ({edits[0][0]!r}): update MUTANTS")
                 cases.append(dataclasses.replace(case, source=broken))
+            if variant == "chunked":
+                # one block holding every slab, SM starts in most of them: phase 2
+                # reloads slabs that are not resident (random grids often give each
+                # block one slab, and then no reload happens)
+                case = make_case(rng, g, variant, varlen, rng.choice(("smxx", "sm90")),
+                                 rng.randint(150, 300), threads=64, chunk=32,
+                                 length_kind="mixed", index_kind="runs", num_sms=132,
+                                 sm_count=1)
+                cases.append(dataclasses.replace(
+                    case, source=mutate(render(case.plan.code), edits)))
     # the same cases pass unbroken
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases)
@@ -625,11 +635,14 @@ def test_broken_register_slabs_are_caught(name, edits):
             assert broken is not None, f"the kernel source no longer contains {edits[0][0]!r}"
             cases.append(Case(p, ctx, None, num_sms, misalign=0, seed=rng.getrandbits(32),
                               source=broken, label=f"{p.code.name} batch={batch} dense"))
-        for kind in ("runs", "pairs", "distinct"):
+        # (runs of 3: a run crosses the tokens of every lane 0 but one in three, so a
+        # lane that misreads the token before its own always changes some work)
+        for kind in ("runs", "pairs", "distinct", "threes"):
             batch = rng.randint(3, 6) * 512 - rng.randint(0, 100)
-            idx = indices(kind, batch, rng, g)
+            idx = ((torch.arange(batch) // 3).to(torch.int32) if kind == "threes"
+                   else indices(kind, batch, rng, g))
             ctx = fit_u32(lengths("mixed", batch, 1, g), idx)
-            num_sms = rng.choice((3, 132, 1000))
+            num_sms = 1000 if kind == "threes" else rng.choice((3, 132, 1000))
             p = dataclasses.replace(plan_case("chunked", batch, 1, True, num_sms, schedule,
                                               64, 512, sm_count=132), grid=rng.choice((1, 2)))
             broken = mutate(render(p.code), edits)
