@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [configs]
-#                               [hostcmp] [profile] [ncu] [phases] [flagab] [cu12]
+#                               [hostcmp] [profile] [ncu] [phases] [flagab] [launchcost]
+#                               [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
 # "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
@@ -135,6 +136,15 @@ for stage in $stages; do
           r=$?; echo "flagab $which ($flags) run $i: exit $r"; rc=$((rc | r))
         done
       done ;;
+    launchcost)
+      # host cost of one launch: C through the driver API against cuda.bindings
+      # (bench/launch_cost.py builds bench/launch_cost.c with nvcc); and whether this
+      # machine could build a C extension (a C compiler and Python's headers)
+      timeout 120 python3 "$repo/bench/launch_cost.py" --out "$OUT" 2>&1 | tee "$OUT/launchcost.log" | tail -12
+      rc=$((rc | ${PIPESTATUS[0]}))
+      { command -v cc gcc; cc --version | head -1
+        python3 -c "import os, sysconfig; h = sysconfig.get_paths()['include']; print(h, os.path.exists(h + '/Python.h'))"
+      } 2>&1 | tee -a "$OUT/launchcost.log" ;;
     cu12)
       (cd "$repo" && PYTHONPATH= bash scripts/cu12_smoke.sh) 2>&1 | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;

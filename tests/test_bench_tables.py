@@ -25,6 +25,7 @@ import benchmark_cli  # noqa: E402
 import benchmark_host  # noqa: E402
 import benchmark_metadata  # noqa: E402
 import benchmark_nvrtc  # noqa: E402
+import launch_cost  # noqa: E402
 import make_tables  # noqa: E402
 import phase_trace  # noqa: E402
 import records  # noqa: E402
@@ -333,3 +334,27 @@ def test_phase_trace_marks_every_traced_kernel():
         if fmt == "smxx" and runs is None:
             assert compile_cubin(text, CompileOptions("sm_90")).cubin
     assert {c.variant for c in seen} == {"static", "chunked"}
+
+
+def test_launch_cost_kernel_matches_the_emit_signature():
+    """bench/launch_cost.py reads the PTX of bench/launch_cost.c's empty kernel (one
+    definition for both launches): seven parameters, jitmeta_emit's kinds in order."""
+    import re
+
+    ptx = launch_cost.kernel_ptx()
+    assert ptx.endswith(b"\0")
+    params = re.findall(r"\.param \.(u64|u32) p(\d)", ptx.decode())
+    assert [k for k, _ in params] == ["u64", "u64", "u32", "u32", "u32", "u64", "u64"]
+    assert [int(i) for _, i in params] == list(range(7))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+def test_launch_cost_c_builds():
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = subprocess.run(["nvcc", "-c", "-o", f"{tmp}/launch_cost.o",
+                              str(REPO / "bench" / "launch_cost.c")],
+                             capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
