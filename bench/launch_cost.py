@@ -20,7 +20,6 @@ read by bench/make_tables.py).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import subprocess
@@ -93,9 +92,6 @@ def run_python() -> dict:
              runtime.POINTER, runtime.POINTER)
     args = (0, 0, 1024, 1, 132, 0, 0)
     runtime.make_current(device)
-    c = ctypes
-    values = (None, None, 1024, 1, 132, None, None)
-    ctypes_types = (c.c_void_p, c.c_void_p, c.c_uint, c.c_uint, c.c_uint, c.c_void_p, c.c_void_p)
     return {
         "Python runtime.launch (packed kernelParams)":
             loop(lambda: runtime.launch(fn, 1, 256, 0, stream, args, types), s.synchronize),
@@ -104,7 +100,7 @@ def run_python() -> dict:
                  s.synchronize),
         "Python cuLaunchKernel ((values, types) tuple)":
             loop(lambda: driver.cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, stream,
-                                               (values, ctypes_types), 0), s.synchronize),
+                                               (args, types), 0), s.synchronize),
     }
 
 
@@ -118,6 +114,7 @@ def main(argv=None) -> int:
         print("launch_cost: no GPU")
         return 1
     modes = run_c()
+    print(modes, flush=True)
     modes.update(run_python())
     width = max(map(len, modes))
     print(f"{'launch':<{width}}  us per launch (min-max), {RUNS} loops of {LOOP_CALLS}")
