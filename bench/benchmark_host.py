@@ -143,6 +143,16 @@ def fmt_spread(t) -> str:
     return "-" if t is None else f"{t['median']:.2f} us ({t['min']:.2f}-{t['max']:.2f})"
 
 
+def _without_c_launcher(measure):
+    """``measure()`` with launches going through cuda.bindings (the fallback path)."""
+    saved = runtime._c_launch
+    runtime._c_launch = None
+    try:
+        return measure()
+    finally:
+        runtime._c_launch = saved
+
+
 def gpu_parts() -> dict:
     """What the parts of the eager call cost on the GPU machine (a static plan)."""
     from jitmeta import dispatch, kernels
@@ -165,9 +175,12 @@ def gpu_parts() -> dict:
             lambda: runtime.make_current(dev)),
         "ctx.new_empty (CUDA caching allocator)": per_call_us(
             lambda: ctx.new_empty((NUM_SMS + 1, 2)), 2000),
-        "runtime.launch, packed kernelParams (used)": per_call_us(
-            lambda: runtime.launch(fn, 1, threads, 0, stream, args, types), 200, 15,
-            gpu_sync),
+        f"runtime.launch (used: {'C launcher' if runtime.c_launcher() else 'cuda.bindings'})":
+            per_call_us(lambda: runtime.launch(fn, 1, threads, 0, stream, args, types), 200,
+                        15, gpu_sync),
+        "cuda.bindings cuLaunchKernel, packed kernelParams": _without_c_launcher(
+            lambda: per_call_us(lambda: runtime.launch(fn, 1, threads, 0, stream, args, types),
+                                200, 15, gpu_sync)),
         "cuLaunchKernel, (values, types) tuple": per_call_us(
             lambda: runtime._drv.cuLaunchKernel(fn, 1, 1, 1, threads, 1, 1, 0, stream,
                                                 (args, types), 0), 200, 15, gpu_sync),
@@ -201,17 +214,19 @@ def cpu_figures() -> dict:
     ctx = torch.randint(0, 5000, (128, 1), dtype=I32)
     out = torch.empty(NUM_SMS + 1, 2, dtype=I32)
     p = jitmeta.plan(128, 1, False, NUM_SMS, arch="sm_90")
-    call = kernels.call(0, p, "jitmeta_emit")
     state = dispatch._CallState(envs.snapshot())  # private: never seen by real calls
-    saved = (runtime._drv, dict(runtime._context_ids), dispatch._raw_stream)
+    saved = (runtime._drv, dict(runtime._context_ids), dispatch._raw_stream,
+             runtime._c_launch)
     runtime._drv = _NullDriver()
+    runtime._c_launch = None  # (the stand-in driver answers the cuda.bindings path)
+    call = kernels.call(0, p, "jitmeta_emit")
     runtime._context_ids[0] = 0x1000
     dispatch._raw_stream = lambda device: 0
     try:
         run_eager = per_call_us(lambda: dispatch._run(call, state, ctx, None, None, False))
         run_out = per_call_us(lambda: dispatch._run(call, state, ctx, None, out, False))
     finally:
-        runtime._drv, dispatch._raw_stream = saved[0], saved[2]
+        runtime._drv, dispatch._raw_stream, runtime._c_launch = saved[0], saved[2], saved[3]
         runtime._context_ids.clear()
         runtime._context_ids.update(saved[1])
     key = (0, ctx.shape, None, NUM_SMS, 64, 256, "smxx")

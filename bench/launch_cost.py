@@ -1,5 +1,5 @@
 """What a kernel launch costs the host: from C (the driver API's floor) and through
-cuda.bindings as jitmeta launches (``jitmeta.jit.runtime.launch``).
+jitmeta's launch paths (``jitmeta.jit.runtime.launch``).
 
 The same empty kernel with jitmeta_emit's seven arguments, the same loops as
 bench/benchmark_host.py (LOOP_CALLS launches per loop, the GPU synchronized outside the
@@ -7,10 +7,11 @@ timing, several loops: median, min, max):
 
 * C: bench/launch_cost.c, built here with nvcc (``cuLaunchKernel``,
   ``cuLaunchKernelEx``, ``cuLaunchKernelEx`` with the PDL attribute);
-* Python: ``runtime.launch`` with packed ``kernelParams`` (without and with PDL) and
-  ``cuLaunchKernel`` with a ``(values, types)`` tuple.
+* Python: ``runtime.launch`` through the C launcher (``jitmeta._launch``, when built)
+  and through cuda.bindings with packed ``kernelParams`` (each without and with PDL),
+  and cuda.bindings' ``cuLaunchKernel`` with a ``(values, types)`` tuple.
 
-The difference is what a launcher written in C could save per eager call. Writes
+Against the C figures: what each Python path adds per launch. Writes
 ``<date>-<device>-launch-cost.json`` (or ``--json FILE``); an experiment record (not
 read by bench/make_tables.py).
 
@@ -92,16 +93,26 @@ def run_python() -> dict:
              runtime.POINTER, runtime.POINTER)
     args = (0, 0, 1024, 1, 132, 0, 0)
     runtime.make_current(device)
-    return {
-        "Python runtime.launch (packed kernelParams)":
-            loop(lambda: runtime.launch(fn, 1, 256, 0, stream, args, types), s.synchronize),
-        "Python runtime.launch (packed kernelParams) + PDL":
-            loop(lambda: runtime.launch(fn, 1, 256, 0, stream, args, types, True),
-                 s.synchronize),
-        "Python cuLaunchKernel ((values, types) tuple)":
-            loop(lambda: driver.cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, stream,
-                                               (args, types), 0), s.synchronize),
-    }
+    handle = int(fn)
+    modes = {}
+    if runtime.c_launcher():
+        modes["Python runtime.launch, C launcher"] = loop(
+            lambda: runtime.launch(handle, 1, 256, 0, stream, args, types), s.synchronize)
+        modes["Python runtime.launch, C launcher + PDL"] = loop(
+            lambda: runtime.launch(handle, 1, 256, 0, stream, args, types, True),
+            s.synchronize)
+    saved, runtime._c_launch = runtime._c_launch, None  # the cuda.bindings path
+    try:
+        modes["Python runtime.launch, cuda.bindings (packed kernelParams)"] = loop(
+            lambda: runtime.launch(fn, 1, 256, 0, stream, args, types), s.synchronize)
+        modes["Python runtime.launch, cuda.bindings (packed kernelParams) + PDL"] = loop(
+            lambda: runtime.launch(fn, 1, 256, 0, stream, args, types, True), s.synchronize)
+    finally:
+        runtime._c_launch = saved
+    modes["Python cuLaunchKernel ((values, types) tuple)"] = loop(
+        lambda: driver.cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, stream, (args, types), 0),
+        s.synchronize)
+    return modes
 
 
 def main(argv=None) -> int:

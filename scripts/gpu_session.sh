@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
-#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [configs]
+#   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [host] [configs]
 #                               [hostcmp] [profile] [ncu] [phases] [flagab] [launchcost]
 #                               [cu12]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
@@ -73,6 +73,10 @@ for stage in $stages; do
         echo "note: no .git and no JITMETA_BENCH_COMMIT: the records will say commit unknown"
       timeout ${JITMETA_BENCH_TIMEOUT:-270} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
       rc=$((rc | ${PIPESTATUS[0]}))
+      timeout ${JITMETA_BENCH_HOST_TIMEOUT:-60} python3 "$repo/bench/benchmark_host.py" --out "$OUT" 2>&1 | tee "$OUT/bench-host.log" | tail -25
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
+    host)
+      # the host record alone (bench/benchmark_host.py, with its breakdown)
       timeout ${JITMETA_BENCH_HOST_TIMEOUT:-60} python3 "$repo/bench/benchmark_host.py" --out "$OUT" 2>&1 | tee "$OUT/bench-host.log" | tail -25
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     configs)

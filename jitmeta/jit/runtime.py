@@ -4,29 +4,41 @@ One loaded module per (device, cache key), kept for the life of the process. Lau
 go to the stream the caller passes (the API passes the current stream of the tensor's
 device); no host-device synchronization happens here.
 
-The launch path is built for a small per-call host cost: kernel arguments are packed
-with one ``struct.pack_into`` into a per-thread C buffer, and the driver gets the
-address of a ``void*[]`` that points into it (cuda.bindings accepts ``kernelParams``
-as such an address), instead of a ``(values, types)`` tuple that it would convert
-argument by argument on every call.
+The launch path is built for a small per-call host cost. Where the package's C
+extension ``jitmeta._launch`` was built, :func:`launch` hands the arguments to it: it
+reads them into a C array and calls ``cuLaunchKernel`` / ``cuLaunchKernelEx`` through
+the driver's own function pointers (resolved once, with ``cuGetProcAddress``, when the
+first context is set up), the GIL released for the driver call. Otherwise kernel
+arguments are packed with one ``struct.pack_into`` into a per-thread C buffer, and
+cuda.bindings gets the address of a ``void*[]`` that points into it (it accepts
+``kernelParams`` as such an address), instead of a ``(values, types)`` tuple that it
+would convert argument by argument on every call.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import struct
 import threading
 from dataclasses import dataclass, field
 
 from cuda.bindings import driver as _cuda_driver
 
+try:  # optional: built with the package where a C compiler was at hand
+    from .. import _launch as _c_ext
+except ImportError:
+    _c_ext = None
+
 from .source import POINTER, UINT32  # the argument kinds launch() packs
 
 __all__ = ["DriverError", "CaptureCompileError", "LoadedModule", "KernelParams",
            "load_module", "get_module", "loaded_modules", "launch", "allocate",
            "primary_context", "device_context", "make_current", "pop_current",
-           "thread_params", "POINTER", "UINT32"]
+           "thread_params", "c_launcher", "POINTER", "UINT32"]
+
+log = logging.getLogger("jitmeta")
 
 
 class DriverError(RuntimeError):
@@ -53,6 +65,9 @@ _context_ids: dict[int, int] = {}  # device -> int(primary context handle)
 _modules: dict[tuple[int, str], "LoadedModule"] = {}
 _initialized = False
 _tls = threading.local()
+# jitmeta._launch.launch once init() gave it the driver's functions (primary_context),
+# else None: launches go through cuda.bindings
+_c_launch = None
 # cuda.bindings.driver is imported with jitmeta's JIT layer (it needs no GPU and loads
 # libcuda only on its first call): its import takes 25-50 ms, which a first call would
 # pay otherwise.
@@ -88,6 +103,7 @@ def primary_context(device: int):
     with _lock:
         if not _initialized:
             _check(driver.cuInit(0), "cuInit")
+            _init_c_launcher()
             _initialized = True
         ctx = _contexts.get(device)
         if ctx is None:
@@ -97,6 +113,34 @@ def primary_context(device: int):
             _context_ids[device] = int(ctx)
             _contexts[device] = ctx
     return ctx
+
+
+def _init_c_launcher() -> None:
+    """Hands the C launcher the driver's launch functions, when it was built and the
+    driver is the real one (a stand-in driver in tests keeps every launch in Python)."""
+    global _c_launch
+    if _c_ext is None or _drv is not _cuda_driver:
+        return
+    try:
+        pointers = []
+        for name in (b"cuLaunchKernel", b"cuLaunchKernelEx"):  # both in CUDA >= 12.0
+            err, pfn = _drv.cuGetProcAddress(
+                name, 12000, _drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)[:2]
+            if err or not int(pfn):
+                raise DriverError(f"cuGetProcAddress({name.decode()}) gave no function")
+            pointers.append(int(pfn))
+        ids = _drv.CUlaunchAttributeID
+        _c_ext.init(*pointers,
+                    int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
+                    int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE))
+        _c_launch = _c_ext.launch
+    except Exception as exc:  # noqa: BLE001 (any failure: launch through cuda.bindings)
+        log.debug("jitmeta: C launcher not used (%s); launching through cuda.bindings", exc)
+
+
+def c_launcher() -> bool:
+    """Whether launches go through the C extension (else through cuda.bindings)."""
+    return _c_launch is not None
 
 
 def make_current(device: int) -> bool:
@@ -213,6 +257,16 @@ def loaded_modules() -> list[tuple[int, str]]:
 # --- kernel arguments --------------------------------------------------------------------
 
 _CODES = {POINTER: ("Q", 8), UINT32: ("I", 4)}
+_C_KINDS = {POINTER: b"P", UINT32: b"I"}
+_kinds: dict[tuple, bytes] = {}  # a signature's argument kinds for the C launcher
+
+
+def _kinds_of(types: tuple) -> bytes:
+    try:
+        return b"".join(_C_KINDS[t] for t in types)
+    except KeyError:
+        raise TypeError(f"kernel argument types must be runtime.POINTER or runtime.UINT32; "
+                        f"got {types!r}") from None
 
 
 class KernelParams:
@@ -315,6 +369,15 @@ def launch(fn, grid: int, threads: int, smem: int, stream: int, args: tuple,
     ``cooperative`` the driver guarantees that all ``grid`` blocks are resident at once
     (or fails the launch), which the chunked variant's in-kernel combine relies on.
     """
+    c_launch = _c_launch
+    if c_launch is not None:
+        kinds = _kinds.get(types)
+        if kinds is None:
+            kinds = _kinds[types] = _kinds_of(types)
+        err = c_launch(fn, grid, threads, smem, stream, pdl | cooperative << 1, kinds, *args)
+        if err:
+            raise _error(err, "cuLaunchKernelEx" if pdl or cooperative else "cuLaunchKernel")
+        return
     params = thread_params(types)
     params.pack(*args)
     driver = _drv

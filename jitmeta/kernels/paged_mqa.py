@@ -174,8 +174,9 @@ class ScheduleCall:
 
             _runtime = runtime
         lc = self.launch
-        set_(self, "direct", None if lc.cooperative else
-             (lc.function, lc.grid, lc.threads, lc.smem))
+        # (the C launcher takes the function as its address: no conversion per call)
+        fn = int(lc.function) if _runtime.c_launcher() else lc.function
+        set_(self, "direct", None if lc.cooperative else (fn, lc.grid, lc.threads, lc.smem))
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, out_ptr: int, stream: int,
                  ws_ptr: int, pdl: bool) -> None:
