@@ -237,6 +237,20 @@ def test_render_is_deterministic_in_fresh_subprocess(tmp_path):
     assert json.loads(res.stdout) == here
 
 
+def test_packaged_files_read_from_disk_and_through_importlib_agree(monkeypatch):
+    """The direct read of the installed templates directory (what a fresh process's
+    first render uses) and the importlib.resources fallback give the same texts."""
+    base = render_mod._package_dir()
+    assert base is not None and os.path.isfile(os.path.join(base, paged_mqa.TEMPLATE))
+    names = [paged_mqa.TEMPLATE, paged_mqa.ENGINE_HEADER, "jitmeta_schedule.cuh",
+             "jitmeta_sm100.cuh"]
+    direct = {n: render_mod._read_packaged(n) for n in names}
+    monkeypatch.setattr(render_mod, "_package_dir", lambda: None)
+    assert {n: render_mod._read_packaged(n) for n in names} == direct
+    with pytest.raises(FileNotFoundError):
+        render_mod._read_packaged("no-such-template.cu.j2")
+
+
 def test_different_specs_render_differently():
     sources = {render(c) for c in _all_codes()}
     assert len(sources) == len({c for c in _all_codes()})

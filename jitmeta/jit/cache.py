@@ -350,14 +350,16 @@ def _read_at(dir_fd: int, name: str, cap: int, expect_size: int | None = None) -
         os.close(fd)
 
 
-def _write_new(dir_fd: int, name: str, data: bytes) -> None:
-    """Create ``name`` (it must not exist: O_EXCL, no link followed), write, fsync."""
+def _write_new(dir_fd: int, name: str, data: bytes, sync: bool = True) -> None:
+    """Create ``name`` (it must not exist: O_EXCL, no link followed), write, and fsync
+    unless ``sync`` is false."""
     fd = os.open(name, _NEW_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -900,13 +902,15 @@ class DiskCache:
     # --- stamps ----------------------------------------------------------------------
     def touch(self, key: str, when: float | None = None) -> None:
         """Replace the LRU stamp by a rename of a new file written in ``tmp/`` (best
-        effort: a read-only root keeps its stamps)."""
+        effort: a read-only root keeps its stamps). Not synced: a stamp lost in a crash
+        only makes its entry look older to the pruner, and a fresh process's first
+        cache hit pays this write."""
         data = f"{time.time() if when is None else when:.3f}\n".encode()
         try:
             with self._dirs("tmp", create=True) as (_b, tmp), \
                     self._dirs("entries", key[:2], key) as (_b2, _e, _s, efd):
                 name = self._tmp_name("stamp", key) + uuid.uuid4().hex[:8]
-                _write_new(tmp, name, data)
+                _write_new(tmp, name, data, sync=False)
                 try:
                     os.rename(name, STAMP, src_dir_fd=tmp, dst_dir_fd=efd)
                 except OSError:

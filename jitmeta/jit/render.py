@@ -16,7 +16,9 @@ failed read or write of it (a full disk, a read-only directory) never fails a re
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
+import os
 from importlib import resources
 
 import jinja2
@@ -28,13 +30,37 @@ __all__ = ["render", "header_text"]
 log = logging.getLogger("jitmeta")
 
 
+_PACKAGE = "jitmeta.templates"
+
+
+@functools.lru_cache(maxsize=1)
+def _package_dir() -> str | None:
+    """The directory of the templates package when it is one on disk (a wheel or an
+    editable install), else None. Reading files there directly spares a fresh
+    process's first render the import of ``importlib.resources``' readers (about a
+    millisecond of a cache hit's cost)."""
+    spec = importlib.import_module(_PACKAGE).__spec__
+    for path in (spec.submodule_search_locations or ()) if spec else ():
+        if os.path.isdir(path):
+            return path
+    return None
+
+
+def _read_packaged(name: str) -> str:
+    """The text of file ``name`` of the templates package (FileNotFoundError if none)."""
+    base = _package_dir()
+    if base is not None:
+        with open(os.path.join(base, name), encoding="utf-8") as f:
+            return f.read()
+    return resources.files(_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+
+
 class _PackageLoader(jinja2.BaseLoader):
     """Loads templates from the ``jitmeta.templates`` package (wheel or editable)."""
 
     def get_source(self, environment, template):
-        ref = resources.files("jitmeta.templates").joinpath(template)
         try:
-            text = ref.read_text(encoding="utf-8")
+            text = _read_packaged(template)
         except FileNotFoundError:
             raise jinja2.TemplateNotFound(template) from None
         return text, None, lambda: True
@@ -69,7 +95,7 @@ def _environment(bytecode_dir: str | None = None) -> jinja2.Environment:
 @functools.lru_cache(maxsize=32)
 def header_text(name: str) -> str:
     """The text of the packaged header ``name``."""
-    return resources.files("jitmeta.templates").joinpath(name).read_text(encoding="utf-8")
+    return _read_packaged(name)
 
 
 @functools.lru_cache(maxsize=512)
