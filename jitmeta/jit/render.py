@@ -39,11 +39,8 @@ def _package_dir() -> str | None:
     editable install), else None. Reading files there directly spares a fresh
     process's first render the import of ``importlib.resources``' readers (about a
     millisecond of a cache hit's cost)."""
-    spec = importlib.import_module(_PACKAGE).__spec__
-    for path in (spec.submodule_search_locations or ()) if spec else ():
-        if os.path.isdir(path):
-            return path
-    return None
+    paths = getattr(importlib.import_module(_PACKAGE), "__path__", ())
+    return next((p for p in paths if os.path.isdir(p)), None)
 
 
 def _read_packaged(name: str) -> str:
