@@ -163,8 +163,12 @@ def gpu_parts() -> dict:
     ctx = torch.randint(0, 5000, (128, 1), dtype=I32, device="cuda")
     call = dispatch.prepare(dev, 128, 1, False, NUM_SMS, 256, "smxx")
     stream = dispatch._raw_stream(dev)
-    args = (ctx.data_ptr(), 0, 128, 1, NUM_SMS, out.data_ptr(), 0)
-    fn, threads, types = call.launch.function, call.launch.threads, call.launch.types
+    args = (ctx.data_ptr(), 0, 128, 1, NUM_SMS, 0, out.data_ptr(), 0)
+    threads, types = call.launch.threads, call.launch.types
+    # the loaded call holds the function as the C launcher takes it (its address);
+    # cuda.bindings takes the handle object
+    fn = call.launch.function
+    fn_obj = runtime._drv.CUfunction(int(fn))
     parts = {
         "knob values + state": per_call_us(
             lambda: dispatch._states.get(dispatch._token())),
@@ -179,10 +183,10 @@ def gpu_parts() -> dict:
             per_call_us(lambda: runtime.launch(fn, 1, threads, 0, stream, args, types), 200,
                         15, gpu_sync),
         "cuda.bindings cuLaunchKernel, packed kernelParams": _without_c_launcher(
-            lambda: per_call_us(lambda: runtime.launch(fn, 1, threads, 0, stream, args, types),
-                                200, 15, gpu_sync)),
+            lambda: per_call_us(lambda: runtime.launch(fn_obj, 1, threads, 0, stream, args,
+                                                       types), 200, 15, gpu_sync)),
         "cuLaunchKernel, (values, types) tuple": per_call_us(
-            lambda: runtime._drv.cuLaunchKernel(fn, 1, 1, 1, threads, 1, 1, 0, stream,
+            lambda: runtime._drv.cuLaunchKernel(fn_obj, 1, 1, 1, threads, 1, 1, 0, stream,
                                                 (args, types), 0), 200, 15, gpu_sync),
     }
     assert kernels.workspace_words(call.plan) == 0

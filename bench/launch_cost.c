@@ -2,7 +2,7 @@
  * under jitmeta's launch through cuda.bindings (bench/launch_cost.py builds this with
  * nvcc, runs it and times the Python launch of the same kernel beside it).
  *
- * The kernel is empty, with jitmeta_emit's seven arguments (PTX, loaded by the driver).
+ * The kernel is empty, with jitmeta_emit's eight arguments (PTX, loaded by the driver).
  * Each mode is timed as bench/benchmark_host.py times eager calls: loops of LOOP_CALLS
  * launches, the GPU synchronized before and after each loop outside the timing (few
  * enough launches that the launch queue never fills), RUNS loops; printed one line per
@@ -23,7 +23,8 @@ static const char kPtx[] =
     ".target sm_90\n"
     ".address_size 64\n"
     ".visible .entry k(.param .u64 p0, .param .u64 p1, .param .u32 p2, .param .u32 p3,\n"
-    "                  .param .u32 p4, .param .u64 p5, .param .u64 p6) { ret; }\n";
+    "                  .param .u32 p4, .param .u32 p5, .param .u64 p6, .param .u64 p7)\n"
+    "{ ret; }\n";
 
 #define CHECK(call)                                                         \
     do {                                                                    \
@@ -50,8 +51,9 @@ static int by_value(const void* a, const void* b) {
 static CUfunction fn;
 static CUstream stream;
 static unsigned long long ctx_ptr, idx_ptr, out_ptr, ws_ptr;
-static unsigned batch = 1024, next_n = 1, num_sms = 132;
-static void* params[7] = {&ctx_ptr, &idx_ptr, &batch, &next_n, &num_sms, &out_ptr, &ws_ptr};
+static unsigned batch = 1024, next_n = 1, num_sms = 132, wide_last = 0;
+static void* params[8] = {&ctx_ptr, &idx_ptr, &batch,   &next_n,
+                          &num_sms, &wide_last, &out_ptr, &ws_ptr};
 static CUlaunchConfig plain_cfg, pdl_cfg;
 static CUlaunchAttribute pdl_attr;
 

@@ -1,7 +1,7 @@
 """What a kernel launch costs the host: from C (the driver API's floor) and through
 jitmeta's launch paths (``jitmeta.jit.runtime.launch``).
 
-The same empty kernel with jitmeta_emit's seven arguments, the same loops as
+The same empty kernel with jitmeta_emit's eight arguments, the same loops as
 bench/benchmark_host.py (LOOP_CALLS launches per loop, the GPU synchronized outside the
 timing, several loops: median, min, max):
 
@@ -90,8 +90,8 @@ def run_python() -> dict:
     s = torch.cuda.Stream()
     stream = s.cuda_stream
     types = (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32, runtime.UINT32,
-             runtime.POINTER, runtime.POINTER)
-    args = (0, 0, 1024, 1, 132, 0, 0)
+             runtime.UINT32, runtime.POINTER, runtime.POINTER)
+    args = (0, 0, 1024, 1, 132, 0, 0, 0)
     runtime.make_current(device)
     handle = int(fn)
     modes = {}

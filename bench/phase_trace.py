@@ -98,7 +98,7 @@ EDITS = [
     ("chunked", "        if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);\n",
      "        jitmeta_mark(%d, true);\n{a}" % PHASE1),
     ("chunked", "        const S carry = sc.broadcast[0];\n", "{a}        jitmeta_mark(%d, true);\n" % EXCHANGED),
-    ("chunked", "                                    out, ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
+    ("chunked", "                                    ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
     ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
      "{a}        jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"

@@ -20,8 +20,8 @@ TOUCH_NAME = "jitmeta_bench_touch"
 # the signature of jitmeta's emit kernel, so the empty launch packs the same arguments
 EMPTY_SRC = r'''
 extern "C" __global__ void jitmeta_bench_empty(const int* a, const int* b, unsigned c,
-                                               unsigned d, unsigned e, int* f,
-                                               const void* g) {}
+                                               unsigned d, unsigned e, unsigned f, int* g,
+                                               const void* h) {}
 '''
 
 TOUCH_SRC = r'''
@@ -102,8 +102,7 @@ class Floors:
 
     def empty(self):
         rt, torch, fn = self.runtime, self.torch, self.fns[EMPTY_NAME]
-        args, types = (0, 0, 0, 0, 0, 0, 0), (rt.POINTER,) * 2 + (rt.UINT32,) * 3 + (
-            rt.POINTER,) * 2
+        args, types = (0,) * 8, (rt.POINTER,) * 2 + (rt.UINT32,) * 4 + (rt.POINTER,) * 2
 
         def call():
             rt.launch(fn, 1, 1024, 0, torch.cuda.current_stream().cuda_stream, args, types)

@@ -504,7 +504,7 @@ def cmd_plan(args, out: Out) -> int:
                 ["capacity", d["capacity"]], ["grid", d["grid"]],
                 ["shape", f"batch {p.batch}, next_n {p.next_n}, "
                           f"{'varlen' if p.code.varlen else 'non-varlen'}, "
-                          f"{p.num_sms} SMs, format {p.code.schedule}, "
+                          f"{p.num_sms} SMs, format {p.schedule}, "
                           f"split_kv {p.code.split_kv}, {p.code.arch}"],
                 ["code", d["code_name"]], ["key", d["key"]], ["reason", d["reason"]],
                 ["warm with", d["warm_command"]]]

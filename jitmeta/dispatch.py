@@ -265,4 +265,4 @@ def _check_in_call(call, c, indices) -> None:
                         "checked")
         return
     ctx2 = c.view(-1, 1) if c.dim() == 1 else c
-    check_values(ctx2, indices, call.plan.code.split_kv, call.plan.code.schedule)
+    check_values(ctx2, indices, call.plan.code.split_kv, call.plan.schedule)

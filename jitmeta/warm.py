@@ -139,7 +139,7 @@ def warm(arch: str | Sequence[str] | None = None, *, device: int | None = None,
             from .dispatch import prepare
 
             prepare(device, p.batch, p.next_n, code.varlen, p.num_sms, code.split_kv,
-                    code.schedule, knobs)
+                    p.schedule, knobs)
 
     result = _build_all(list(wanted.items()), jobs, cache, knobs, progress, after)
     result.seconds = time.perf_counter() - t0
@@ -203,7 +203,9 @@ def read_manifest(path) -> tuple[list[tuple[CodeSpec, Plan | None, tuple[str, ..
             try:
                 rec = json.loads(line)
                 code = CodeSpec(**rec["code"])
-                kernels.family(code.schedule)  # a format this version knows
+                asked = code.schedule
+                # a format this version knows; its code as this version generates it
+                code = kernels.family(asked).kernel_code(code)
                 flags = tuple(rec.get("nvrtc_flags") or ())
                 if not all(isinstance(x, str) for x in flags):
                     raise TypeError("nvrtc_flags must be strings")
@@ -212,7 +214,7 @@ def read_manifest(path) -> tuple[list[tuple[CodeSpec, Plan | None, tuple[str, ..
                 if pd:
                     plan = Plan(code, *(pd[k] for k in (
                         "batch", "next_n", "num_sms", "grid", "smem_static_bytes",
-                        "smem_dynamic_bytes", "reason")))
+                        "smem_dynamic_bytes", "reason")), pd.get("schedule", asked))
             except (ValueError, TypeError, KeyError) as exc:
                 errors.append(f"{path}:{lineno}: not a miss record ({exc})")
                 continue

@@ -28,9 +28,9 @@
 //   dense_word(ctx, mult)  the tile word of a dense request (mult: atoms or tokens)
 //   work(S)                the work of a prefix summary (a prefix starts at element 0)
 //   split_total(total, num_sms, &q, &r)  q, r = total / num_sms, total % num_sms
-//   sm_start(s, q, r, S)   the start of SM s in work units
-//   first_sm(x, q, r, S)   the first s in [0, S] with sm_start(s) >= x (closed form;
-//                          x <= total)
+//   sm_start(s, q, r, sms) the start of SM s in work units (sms: an Sms, below)
+//   first_sm(x, q, r, sms) the first s in [0, sms.n] with sm_start(s) >= x (closed
+//                          form; x <= total)
 //   summarize_slice(tile, lo, b, end, mult, &after)  the summary of tile slice [b, end)
 //   walk(tile, t, lo, before, mult, placer)  visits the work units credited in this
 //                          thread's slice in order: placer.hits(hi) / placer.place(...)
@@ -64,6 +64,16 @@ constexpr int kLoadUnroll = 8;  // independent loads in flight per thread while 
 
 __host__ __device__ __forceinline__ constexpr u32 pad(u32 i) { return i + (i >> 5); }
 __host__ __device__ __forceinline__ constexpr u32 tile_words(u32 n) { return pad(n) + 1u; }
+
+// The SMs of the schedule: their count, and which of them take one unit more than the
+// others when the total does not divide evenly (the r = total % n "wide" SMs): the
+// first r (wide_last = 0: "smxx", "sm100") or the last r (wide_last = 1: "sm90"; a
+// kernel argument, so one cubin serves both atom formats). Converts to the count.
+struct Sms {
+    u32 n;
+    u32 wide_last;
+    __host__ __device__ __forceinline__ operator u32() const { return n; }
+};
 
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -272,7 +282,8 @@ struct Engine : F {
         int2* rows;
         Scratch* sc;
         Work q;
-        u32 r, num_sms, s;
+        u32 r, s;
+        Sms num_sms;
         Work x;  // sm_start(s), or ~0 once s > num_sms
         bool queue;  // may queue (the whole block drains the queue after a barrier)
 
@@ -283,7 +294,7 @@ struct Engine : F {
         // A placer for this thread's walk, `work` units into the batch (q, r as
         // F::split_total gives them; `queue`: whether units may be queued).
         __device__ __forceinline__ static Placer at(int* out, Scratch& sc, Work q, u32 r,
-                                                   u32 num_sms, bool queue, Work work) {
+                                                   Sms num_sms, bool queue, Work work) {
             Placer p;
             p.rows = reinterpret_cast<int2*>(out);
             p.sc = &sc;
@@ -351,7 +362,7 @@ struct Engine : F {
     // holding SM s's start (the first key past it). Returns false, nothing written,
     // when the format leaves the batch to the walk.
     __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
-                                                      u32 batch, u32 mult, u32 num_sms,
+                                                      u32 batch, u32 mult, Sms num_sms,
                                                       int* __restrict__ out) {
         u32 total;
         if (!F::prefix_whole(tile, t, mult, &total)) return false;  // uniform: t.block
@@ -387,7 +398,7 @@ struct Engine : F {
     __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
                                                         u32 n, S carry, Work total,
                                                         bool whole, bool last, u32 batch,
-                                                        u32 mult, u32 num_sms,
+                                                        u32 mult, Sms num_sms,
                                                         int* __restrict__ out, Scratch& sc) {
         if (whole && emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
         const S before = S::compose(carry, t.before);
@@ -409,7 +420,7 @@ struct Engine : F {
     // Scans a slab reloaded into the tile and writes its rows (see emit_scanned).
     __device__ __forceinline__ static void emit_reloaded(u32* tile, u32 lo, u32 n, S carry,
                                                          Work total, u32 batch, u32 mult,
-                                                         u32 num_sms, int* __restrict__ out,
+                                                         Sms num_sms, int* __restrict__ out,
                                                          Scratch& sc) {
         const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);
         emit_scanned(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out, sc);
@@ -705,7 +716,7 @@ struct Engine : F {
     template <u32 CAPACITY>
     __device__ __forceinline__ static void whole(u32* tile, const int* __restrict__ ctx,
                                                  const int* __restrict__ idx, u32 batch,
-                                                 u32 next_n, u32 mult, u32 num_sms,
+                                                 u32 next_n, u32 mult, Sms num_sms,
                                                  int* __restrict__ out, Scratch& sc) {
         Scanned<S> t;
         bool regs = false;
@@ -725,7 +736,7 @@ struct Engine : F {
     template <u32 CHUNK>
     __device__ __forceinline__ static void chunked(u32* tile, const int* __restrict__ ctx,
                                                    const int* __restrict__ idx, u32 batch,
-                                                   u32 next_n, u32 mult, u32 num_sms,
+                                                   u32 next_n, u32 mult, Sms num_sms,
                                                    int* __restrict__ out, u32* ws,
                                                    Scratch& sc) {
         const u32 grid = gridDim.x, g = blockIdx.x;

@@ -2,6 +2,8 @@
 //
 // A format of the shared machinery in jitmeta_engine.cuh (inlined before this file):
 // the stub instantiates Engine<Schedule<...>>. Work sums are uint32, as upstream's.
+// One cubin serves both formats: they differ only in which SMs take the remainder of
+// the even split, a kernel argument (Sms::wide_last; the sm_start comment).
 //
 // Dense: the tile word of request q is A * segs(ctx[q, next_n - 1]) (A atoms); the
 // summary is a plain sum. Varlen atoms: a token is an atom start iff its offset from
@@ -60,7 +62,7 @@ template <> struct Summary<true> {
 // Parity of the (virtual) token before token 0: token 0 is a run boundary anyway.
 constexpr u32 kInitialParity = 1u;
 
-template <int THREADS, u32 SPLIT_KV, bool VARLEN, bool SM90>
+template <int THREADS, u32 SPLIT_KV, bool VARLEN>
 struct Schedule {
     typedef Summary<VARLEN> S;
     typedef u32 Work;
@@ -73,13 +75,18 @@ struct Schedule {
         return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;
     }
 
-    // start(s) of the "sm90" / "smxx" even split (uint32 arithmetic; docs/schedule.md).
-    __device__ __forceinline__ static u32 sm_start(u32 s, u32 q, u32 r, u32 num_sms) {
-        if (SM90) {
-            const u32 pivot = num_sms - r;
-            return s * q + (s > pivot ? s - pivot : 0u);
-        }
-        return s * q + (s < r ? s : r);
+    // start(s) of the even split: s * q plus the wide SMs (q + 1 units each) before s.
+    // The r wide SMs are [a, a + r): a = 0 ("smxx") or num_sms - r ("sm90",
+    // sms.wide_last), so start(s) = s * q + clamp(s - a, 0, r) (uint32 arithmetic;
+    // docs/schedule.md).
+    __device__ __forceinline__ static u32 first_wide(u32 r, const Sms& sms) {
+        return sms.wide_last ? sms.n - r : 0u;
+    }
+
+    __device__ __forceinline__ static u32 sm_start(u32 s, u32 q, u32 r, const Sms& sms) {
+        const u32 a = first_wide(r, sms);
+        const u32 d = s > a ? s - a : 0u;
+        return s * q + (d < r ? d : r);
     }
 
     __device__ __forceinline__ static void split_total(u32 total, u32 num_sms, u32* q,
@@ -89,19 +96,17 @@ struct Schedule {
     }
 
     // First s in [0, num_sms] with start(s) >= x, for x <= total = num_sms * q + r, in
-    // closed form. smxx: the first r SMs take q + 1 units, the others q (q >= 1 when x
-    // is past the first r). sm90: the first num_sms - r take q, the last r take q + 1.
+    // closed form over the three stretches: [0, a) of q units (q >= 1 when x falls
+    // there), [a, a + r) of q + 1, [a + r, num_sms) of q (q >= 1 when x falls there).
     // No product below exceeds the total.
-    __device__ __forceinline__ static u32 first_sm(u32 x, u32 q, u32 r, u32 num_sms) {
+    __device__ __forceinline__ static u32 first_sm(u32 x, u32 q, u32 r, const Sms& sms) {
         if (x == 0u) return 0u;
-        if (SM90) {
-            const u32 pivot = num_sms - r;
-            if (q != 0u && x <= pivot * q) return (x - 1u) / q + 1u;
-            return pivot + (x - pivot * q - 1u) / (q + 1u) + 1u;
-        }
-        const u32 wide = r * (q + 1u);  // where the SMs of q + 1 units end (r >= 1: no wrap)
-        if (r != 0u && x <= wide) return (x - 1u) / (q + 1u) + 1u;
-        return r + (x - wide - 1u) / q + 1u;
+        const u32 a = first_wide(r, sms);
+        const u32 narrow = a * q;  // where the SMs before the wide ones end
+        if (x <= narrow) return (x - 1u) / q + 1u;
+        const u32 wide = narrow + r * (q + 1u);  // where the wide SMs end
+        if (x <= wide) return a + (x - narrow - 1u) / (q + 1u) + 1u;
+        return a + r + (x - wide - 1u) / q + 1u;
     }
 
     // The summary of dense words summed (uint32 sums wrap, as upstream's).

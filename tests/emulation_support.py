@@ -112,7 +112,7 @@ def plan_case(variant: str | None, batch: int, next_n: int, varlen: bool, num_sm
 def reference(case: Case) -> torch.Tensor:
     return jitmeta.reference_schedule(case.context_lens, case.num_sms, case.indices,
                                       split_kv=case.plan.code.split_kv,
-                                      schedule=case.plan.code.schedule)
+                                      schedule=case.plan.schedule)
 
 
 def mismatches(cases, outs) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import jitmeta
+from jitmeta import kernels
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -240,8 +241,10 @@ def test_nvrtc_script_reads_the_readme_warm_command():
     full = benchmark_nvrtc.variants(benchmark_nvrtc.warm_argv(command, "C", {}))
     names = [n for n, _ in full]
     assert len(names) == len(set(names))
-    for fmt in records.schedules():
-        assert any(f"_{fmt}_" in n for n in names), f"no {fmt} variant in {names}"
+    for fmt in records.schedules():  # ("sm90" runs the "smxx" cubins)
+        code_fmt = kernels.family(fmt).code_schedule(fmt)
+        assert any(f"_{code_fmt}_" in n for n in names), f"no {fmt} variant in {names}"
+    assert not any("_sm90_" in n for n in names)
     assert any("_varlen_" in n for n in names) and any("_dense_" in n for n in names)
     with pytest.raises(ValueError, match="no 'jitmeta-cache ... warm ...'"):
         benchmark_nvrtc.readme_warm_command("no command here")
@@ -338,14 +341,14 @@ def test_phase_trace_marks_every_traced_kernel():
 
 def test_launch_cost_kernel_matches_the_emit_signature():
     """bench/launch_cost.py reads the PTX of bench/launch_cost.c's empty kernel (one
-    definition for both launches): seven parameters, jitmeta_emit's kinds in order."""
+    definition for both launches): eight parameters, jitmeta_emit's kinds in order."""
     import re
 
     ptx = launch_cost.kernel_ptx()
     assert ptx.endswith(b"\0")
     params = re.findall(r"\.param \.(u64|u32) p(\d)", ptx.decode())
-    assert [k for k, _ in params] == ["u64", "u64", "u32", "u32", "u32", "u64", "u64"]
-    assert [int(i) for _, i in params] == list(range(7))
+    assert [k for k, _ in params] == ["u64", "u64", "u32", "u32", "u32", "u32", "u64", "u64"]
+    assert [int(i) for _, i in params] == list(range(8))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")

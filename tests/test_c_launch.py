@@ -124,7 +124,7 @@ def test_driver_structures_match_cuda_bindings():
 
 
 def test_plain_launch_arguments(stand_in):
-    args = (0x7F00_0000_1000, 0xFFFF_8000_0000_0008, 2**32 - 1, 7, 132, 0x10, 0)
+    args = (0x7F00_0000_1000, 0xFFFF_8000_0000_0008, 2**32 - 1, 7, 132, 1, 0x10, 0)
     runtime.launch(0xABC0, 35, 256, 4096, 0x5000, args, ARG_TYPES)
     (c,) = stand_in.calls
     assert c == dict(api="cuLaunchKernel", fn=0xABC0, grid=(35, 1, 1), block=(256, 1, 1),
@@ -133,7 +133,7 @@ def test_plain_launch_arguments(stand_in):
 
 @pytest.mark.parametrize("pdl,cooperative", [(True, False), (False, True), (True, True)])
 def test_launch_attributes(stand_in, pdl, cooperative):
-    args = (1, 2, 3, 4, 5, 6, 7)
+    args = (1, 2, 3, 4, 5, 6, 7, 8)
     runtime.launch(0x1230, 132, 1024, 0, 0x7000, args, ARG_TYPES, pdl, cooperative)
     (c,) = stand_in.calls
     want = {}
@@ -149,7 +149,7 @@ def test_launch_attributes(stand_in, pdl, cooperative):
 def test_null_stream_and_a_function_handle_object(stand_in):
     from cuda.bindings import driver
 
-    runtime.launch(driver.CUfunction(0x4440), 1, 32, 0, 0, (0,) * 7, ARG_TYPES)
+    runtime.launch(driver.CUfunction(0x4440), 1, 32, 0, 0, (0,) * len(ARG_TYPES), ARG_TYPES)
     assert stand_in.calls[0]["fn"] == 0x4440 and stand_in.calls[0]["stream"] == 0
 
 
@@ -171,7 +171,7 @@ def test_driver_errors_raise_with_their_code(stand_in, monkeypatch):
     monkeypatch.setattr(runtime, "_drv", Names())
     stand_in.result = 720
     with pytest.raises(runtime.DriverError, match="cuLaunchKernelEx failed") as exc:
-        runtime.launch(1, 200, 256, 0, 0, (0,) * 7, ARG_TYPES, cooperative=True)
+        runtime.launch(1, 200, 256, 0, 0, (0,) * len(ARG_TYPES), ARG_TYPES, cooperative=True)
     assert exc.value.code == 720
     # through Launch: a refused cooperative grid is halved until it fits
     jit_launcher.reset_grid_caps()
@@ -186,7 +186,7 @@ def test_driver_errors_raise_with_their_code(stand_in, monkeypatch):
     _launch.init(ctypes.cast(stand_in.launch, ctypes.c_void_p).value,
                  ctypes.cast(cb, ctypes.c_void_p).value, stand_in.pdl_id, stand_in.coop_id)
     launch = jit_launcher.Launch(0, 1, 132, 256, 0, True, ARG_TYPES)
-    launch((0,) * 7, 0)
+    launch((0,) * len(ARG_TYPES), 0)
     assert tries == [132, 66, 33] and jit_launcher.grid_cap(0) == 33
     jit_launcher.reset_grid_caps()
 
@@ -218,7 +218,7 @@ def test_launches_from_many_threads(stand_in):
     """The GIL is released around the driver call; each thread's arguments arrive intact."""
     def work(k):
         for i in range(200):
-            runtime.launch(k + 1, 1 + i, 32, 0, k, (k, i, k, i, 1, 2, 3), ARG_TYPES)
+            runtime.launch(k + 1, 1 + i, 32, 0, k, (k, i, k, i, 1, 0, 2, 3), ARG_TYPES)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
     for t in threads:

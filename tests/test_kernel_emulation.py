@@ -460,8 +460,23 @@ MUTANTS = [
     ("a unit also takes the SM starting at its end",
      [(r"return x < hi;", "return x <= hi;")],
      ("chunked",), ("dense", "varlen")),
-    ("closed-form SM search skips an SM",
-     [(r"return \(x - 1u\) / \(q \+ 1u\) \+ 1u;", "return (x - 1u) / (q + 1u) + 2u;")],
+    ("closed-form SM search skips an SM among the wide ones",
+     [(r"return a \+ \(x - narrow - 1u\) / \(q \+ 1u\) \+ 1u;",
+       "return a + (x - narrow - 1u) / (q + 1u) + 2u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("closed-form SM search skips an SM before the wide ones (sm90)",
+     [(r"if \(x <= narrow\) return \(x - 1u\) / q \+ 1u;",
+       "if (x <= narrow) return (x - 1u) / q + 2u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("closed-form SM search skips an SM after the wide ones (smxx)",
+     [(r"return a \+ r \+ \(x - wide - 1u\) / q \+ 1u;",
+       "return a + r + (x - wide - 1u) / q + 2u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("sm90 gives the remainder to the first SMs",
+     [(r"return sms\.wide_last \? sms\.n - r : 0u;", "return 0u;")],
+     ("static", "chunked"), ("dense", "varlen")),
+    ("an SM start counts the wide SMs from SM 0",
+     [(r"const u32 d = s > a \? s - a : 0u;", "const u32 d = s;")],
      ("static", "chunked"), ("dense", "varlen")),
     ("whole-batch search picks the item ending at the start",
      [(r"if \(\((tile\[pad\(mid\)\] & F::kKeyMask)\) > x\)", r"if ((\1) >= x)")],
@@ -659,7 +674,7 @@ def _sanitizer_works(flag: str) -> bool:
     """Whether a -fsanitize=flag build compiles and runs here (TSan, for one, needs a
     kernel whose address-space layout it knows)."""
     source = ("typedef unsigned u32;\nextern \"C\" __global__ void jitmeta_emit(const int* "
-              "c, const int* i, u32 b, u32 n, u32 s, int* out, const void* w) {\n"
+              "c, const int* i, u32 b, u32 n, u32 s, u32 wl, int* out, const void* w) {\n"
               "    if (threadIdx.x == 0) { out[0] = 1; out[1] = 2; out[2] = 3; out[3] = 4; }\n}\n")
     case = Case(_plan_for_source(32), torch.zeros(10, 1, dtype=torch.int32), None, 1,
                 source=source)
@@ -721,8 +736,8 @@ def test_missing_barrier_is_reported_as_a_race():
 PRIMITIVES = r"""
 typedef unsigned u32;
 extern "C" __global__ void __launch_bounds__(96)
-jitmeta_emit(const int* ctx, const int* idx, u32 batch, u32 next_n, u32 num_sms, int* out,
-             const void* ws) {
+jitmeta_emit(const int* ctx, const int* idx, u32 batch, u32 next_n, u32 num_sms,
+             u32 wide_last, int* out, const void* ws) {
     __shared__ u32 ring[96];
     __shared__ u32 never_written;
     const u32 t = threadIdx.x, lane = t & 31, v = t * 7u + 3u;
@@ -794,8 +809,8 @@ FAULTS = {
 def test_faults_are_reported(fault):
     body, message = FAULTS[fault]
     source = ("typedef unsigned u32;\nextern \"C\" __global__ void jitmeta_emit(const int* "
-              "ctx, const int* idx, u32 batch, u32 next_n, u32 num_sms, int* out, "
-              "const void* ws) {\n    " + body + "\n}\n")
+              "ctx, const int* idx, u32 batch, u32 next_n, u32 num_sms, u32 wide_last, "
+              "int* out, const void* ws) {\n    " + body + "\n}\n")
     p = _plan_for_source(64)
     case = Case(p, torch.zeros(10, 1, dtype=torch.int32), None, 1, label=fault,
                 source=source)

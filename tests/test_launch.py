@@ -41,18 +41,18 @@ def packed_values(params: runtime.KernelParams) -> tuple[int, ...]:
 
 def test_kernel_params_layout_and_round_trip():
     assert ARG_TYPES == (runtime.POINTER, runtime.POINTER, runtime.UINT32, runtime.UINT32,
-                         runtime.UINT32, runtime.POINTER, runtime.POINTER)
+                         runtime.UINT32, runtime.UINT32, runtime.POINTER, runtime.POINTER)
     emit = runtime.KernelParams(ARG_TYPES)
-    assert emit.offsets == (0, 8, 16, 20, 24, 32, 40) and emit.size == 48
-    values = (0x7F0000001000, 0, 2**32 - 1, 7, 132, 0x7F0000002008, 0x10)
+    assert emit.offsets == (0, 8, 16, 20, 24, 28, 32, 40) and emit.size == 48
+    values = (0x7F0000001000, 0, 2**32 - 1, 7, 132, 1, 0x7F0000002008, 0x10)
     emit.pack(*values)
     assert packed_values(emit) == values
-    ptrs = (ctypes.c_void_p * 7).from_address(emit.address)
+    ptrs = (ctypes.c_void_p * 8).from_address(emit.address)
     assert [p - ptrs[0] for p in ptrs] == list(emit.offsets)
     assert ptrs[0] == ctypes.addressof(emit.buffer) and ptrs[0] % 8 == 0
     # the raw bytes: little-endian, each value at its natural alignment
     raw = bytes(emit.buffer)[:emit.size]
-    assert struct.unpack_from("<QQIIIxxxxQQ", raw) == values
+    assert struct.unpack_from("<QQIIIIQQ", raw) == values
     P, U = runtime.POINTER, runtime.UINT32
     mixed = runtime.KernelParams((P, P, U, U, P))
     assert mixed.offsets == (0, 8, 16, 20, 24)
@@ -247,12 +247,12 @@ def stand_in(monkeypatch, cache_dir, two_devices):
     return drv
 
 
-def _call(drv, device, ctx, idx=None, out=None, pdl=False):
+def _call(drv, device, ctx, idx=None, out=None, pdl=False, schedule="smxx"):
     """What the public function does for a CUDA tensor of ``device`` (CPU tensors here)."""
     drv.device = device
     c2 = ctx.view(-1, 1) if ctx.dim() == 1 else ctx
     call = dispatch.prepare(device, c2.shape[0], c2.shape[1], idx is not None, 132, 256,
-                            "smxx")
+                            schedule)
     state = dispatch._state(dispatch._token())
     return dispatch._run(call, state, ctx, idx, out, pdl), call
 
@@ -264,8 +264,9 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     res, launcher = _call(stand_in, 0, ctx, idx, out)
     assert res is out and launcher.plan.variant == "chunked"
     (emit,) = stand_in.launches  # one cooperative launch
-    ws = emit["args"][6]
-    assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, out.data_ptr(), ws)
+    ws = emit["args"][7]
+    assert emit["args"] == (ctx.data_ptr(), idx.data_ptr(), 70000, 1, 132, 0, out.data_ptr(),
+                            ws)
     p = launcher.plan
     # 132 * 256 < 70000 <= 132 * 2048: varlen slabs of 2048 (8 tokens per thread),
     # ceil(70000 / 2048) = 35 blocks of 256 threads
@@ -278,6 +279,18 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     assert len(buf) >= 4 * (4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4) == launcher.ws_words * 4
     assert set(bytes(buf)) == {0}
     assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
+
+
+def test_stand_in_sm90_launches_the_smxx_function_with_wide_last(stand_in):
+    """"sm90" and "smxx" calls of one shape load one module and launch its function,
+    differing only in the wide_last argument (1 for "sm90")."""
+    ctx = torch.ones(5000, 2, dtype=I32)
+    _, c90 = _call(stand_in, 0, ctx, schedule="sm90")
+    _, cxx = _call(stand_in, 0, ctx, schedule="smxx")
+    assert c90.plan.code == cxx.plan.code and len(runtime.loaded_modules()) == 1
+    l90, lxx = stand_in.launches
+    assert l90["fn"] == lxx["fn"] and (l90["args"][5], lxx["args"][5]) == (1, 0)
+    assert l90["args"][:5] == lxx["args"][:5] == (ctx.data_ptr(), 0, 5000, 2, 132)
 
 
 def test_stand_in_refused_cooperative_grid_is_halved_and_remembered(stand_in, caplog):
@@ -320,7 +333,7 @@ def test_stand_in_device_1_context_stream_and_pdl(stand_in):
     assert launcher.device == 1 and launcher.plan.code.arch == "sm_80"
     assert res.shape == (133, 2) and res.dtype == I32
     (emit,) = stand_in.launches
-    assert emit["pdl"] and emit["stream"] == 0x5001 and emit["args"][5] == res.data_ptr()
+    assert emit["pdl"] and emit["stream"] == 0x5001 and emit["args"][6] == res.data_ptr()
     assert [k[0] for k in runtime.loaded_modules()] == [1]
     assert stand_in.current.get(threading.get_ident(), 0) == 0
 
@@ -347,7 +360,7 @@ def test_stand_in_capture_never_compiles_or_allocates(stand_in):
     stand_in.stream = 0x6000  # a new capture stream adopts the spare
     _call(stand_in, 0, ctx, idx, out)
     assert len(stand_in.allocations) == 2 and workspace._spares[0] == []
-    adopted = stand_in.launches[-1]["args"][6]
+    adopted = stand_in.launches[-1]["args"][7]
     stand_in.stream = 0x7000  # another new capture stream: no spare left
     with pytest.raises(jitmeta.CaptureCompileError, match="workspace"):
         _call(stand_in, 0, ctx, idx, out)
@@ -358,7 +371,7 @@ def test_stand_in_capture_never_compiles_or_allocates(stand_in):
     stand_in.capturing = True
     stand_in.stream = 0x7000
     _call(stand_in, 0, ctx, idx, out)
-    ws = {l["stream"]: l["args"][6] for l in stand_in.launches if l["fn"] == "jitmeta_emit"}
+    ws = {l["stream"]: l["args"][7] for l in stand_in.launches if l["fn"] == "jitmeta_emit"}
     assert ws[0x6000] == adopted and len(set(ws.values())) == 3  # one per stream
 
 
@@ -374,7 +387,7 @@ def test_stand_in_threads_on_one_stream_share_its_workspace(stand_in):
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(worker, range(8)))
     assert len(stand_in.launches) == 801
-    assert len({l["args"][6] for l in stand_in.launches}) == 1
+    assert len({l["args"][7] for l in stand_in.launches}) == 1
     assert all(l["cooperative"] and l["stream"] == 0x5000 for l in stand_in.launches)
 
 

@@ -48,7 +48,9 @@ def test_codes_for_all_batches_are_few(sm90, varlen, schedule, next_n, num_sms):
         ("static", 2048, 256), ("static", 4096, 512), ("static", 8192, 1024)]
     for code, example in codes.items():
         assert example.code == code
-        assert (code.varlen, code.schedule, code.arch) == (varlen, schedule, "sm_90")
+        assert example.schedule == schedule
+        assert (code.varlen, code.schedule, code.arch) == (
+            varlen, "smxx" if schedule == "sm90" else schedule, "sm_90")
     # each chunked cubin's example is the first batch it serves: one past the static
     # buckets, then one past 132 * 1024 (varlen: 132 * 256), 132 * 2048, 132 * 4096
     assert {c.capacity: p.batch for c, p in codes.items() if c.variant == "chunked"} \
@@ -208,7 +210,32 @@ def test_num_sms_and_next_n_do_not_change_the_code():
 def test_code_depends_on_what_changes_the_source(sm90):
     base = run_plan(100, sm90).code
     assert run_plan(100, sm90, varlen=True).code != base
-    assert run_plan(100, sm90, schedule="sm90").code != base
+    assert run_plan(100, sm90, schedule="sm100").code != base
     assert run_plan(100, sm90, split_kv=128).code != base
     assert len({base.name, run_plan(100, sm90, split_kv=128).code.name,
-                run_plan(100, sm90, schedule="sm90").code.name}) == 3
+                run_plan(100, sm90, schedule="sm100").code.name}) == 3
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_sm90_is_served_by_the_smxx_cubins(sm90, varlen):
+    """"sm90" differs from "smxx" only in a kernel argument: every sm90 plan has the
+    code of the smxx plan of the same shape (so the same cubin and cache key) and
+    records the format it computes; its call passes wide_last = 1, smxx's 0."""
+    rng = random.Random(SEED)
+    for batch in [1, 8192, 8193, 65536, 2**24] + [rng.randrange(1, 2**24) for _ in range(20)]:
+        p90 = run_plan(batch, sm90, varlen, schedule="sm90")
+        pxx = run_plan(batch, sm90, varlen, schedule="smxx")
+        assert p90.code == pxx.code and p90.code.schedule == "smxx", f"{SEED_NOTE} {batch}"
+        assert (p90.schedule, pxx.schedule) == ("sm90", "smxx")
+        assert (p90.grid, p90.smem_bytes) == (pxx.grid, pxx.smem_bytes)
+        d = p90.to_dict()
+        assert (d["schedule"], d["code_schedule"], d["code_name"]) == (
+            "sm90", "smxx", pxx.code.name)
+        assert kernels.call(0, p90, None).wide_last == 1
+        assert kernels.call(0, pxx, None).wide_last == 0
+        assert kernels.call(0, run_plan(batch, sm90, varlen, schedule="sm100"),
+                            None).wide_last == 0
+    codes = {sch: kernels.codes_for_batches([(1, 2**24)], 1, varlen, 132, 256, sch, sm90)
+             for sch in ("smxx", "sm90")}
+    assert set(codes["sm90"]) == set(codes["smxx"])
+    assert {p.schedule for p in codes["sm90"].values()} == {"sm90"}

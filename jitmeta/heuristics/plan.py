@@ -201,6 +201,9 @@ class Plan:
     smem_static_bytes: int
     smem_dynamic_bytes: int
     reason: str
+    #: the format the call computes (its code's may be another that the same cubin
+    #: serves: "sm90" runs the "smxx" cubin with a kernel argument)
+    schedule: str
 
     @property
     def variant(self) -> str:
@@ -217,7 +220,10 @@ class Plan:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("code")
+        schedule = d.pop("schedule")
         d.update(asdict(self.code))
+        d["code_schedule"] = d["schedule"]
+        d["schedule"] = schedule
         d["smem_bytes"] = self.smem_bytes
         d["code_name"] = self.code.name
         return d
@@ -266,13 +272,16 @@ def _threads(limits: DeviceLimits, knobs: Knobs) -> int:
 
 
 def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
-         schedule: str, limits: DeviceLimits, knobs: Knobs, layout: TileLayout) -> Plan:
+         schedule: str, limits: DeviceLimits, knobs: Knobs, layout: TileLayout,
+         code_schedule: str | None = None) -> Plan:
     """Choose the variant and parameters for one shape.
 
     Honours the knobs ``variant``, ``threads``, ``chunk``, ``smem_budget`` and
     ``arch`` (JITMETA_VARIANT, ...). Never returns a plan whose shared memory exceeds
     the limits; a forced variant that cannot fit raises :class:`PlanError`.
-    ``schedule`` is recorded in the code as given (the kernel family checked it).
+    ``schedule`` is recorded in the plan as given (the kernel family checked it), and
+    in the code unless the family gives ``code_schedule``: the format whose cubin
+    serves it.
     """
     for name, value in (("batch", batch), ("next_n", next_n), ("num_sms", num_sms),
                         ("split_kv", split_kv)):
@@ -296,7 +305,8 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         return slab_threads(capacity, t, bool(varlen))
 
     def spec(variant: str, capacity: int, t: int = threads) -> CodeSpec:
-        return CodeSpec(variant, bool(varlen), schedule, int(split_kv), t, capacity, arch)
+        return CodeSpec(variant, bool(varlen), code_schedule or schedule, int(split_kv), t,
+                        capacity, arch)
 
     rsv = lim.smem_reserved_bytes
     if chunk_forced is None:  # shrink the default tile until it fits a small budget
@@ -331,14 +341,14 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
                 return None
             return Plan(spec("static", cap, t), batch, next_n, num_sms, 1, smem, 0,
                         f"{why}: static tile of {cap} elements, {smem} B <= "
-                        f"{lim.smem_static_bytes} B static limit{budget_note}")
+                        f"{lim.smem_static_bytes} B static limit{budget_note}", schedule)
         if variant == "dynamic":
             st, dyn = smem_dynamic(batch, threads, layout, rsv)
             if st + dyn > lim.smem_optin_bytes:
                 return None
             return Plan(spec("dynamic", 0), batch, next_n, num_sms, 1, st, dyn,
                         f"{why}: dynamic tile of {batch} elements, {st + dyn} B <= "
-                        f"{lim.smem_optin_bytes} B opt-in limit{budget_note}")
+                        f"{lim.smem_optin_bytes} B opt-in limit{budget_note}", schedule)
         slab, t = chunk, threads
         if chunk_forced is None:
             slab = unforced_slab()
@@ -350,7 +360,8 @@ def plan(batch: int, next_n: int, varlen: bool, num_sms: int, split_kv: int,
         grid = chunked_grid(batch, slab, lim.sm_count, t)
         return Plan(spec("chunked", slab, t), batch, next_n, num_sms, grid, smem, 0,
                     f"{why}: {grid} cooperative block(s) over {-(-batch // slab)} slab(s) "
-                    f"of {slab} elements, {smem} B static smem per block{budget_note}")
+                    f"of {slab} elements, {smem} B static smem per block{budget_note}",
+                    schedule)
 
     if forced is not None:
         p = make(forced, "forced by JITMETA_VARIANT")
@@ -402,15 +413,18 @@ def _boundaries(lo: int, hi: int, limits: DeviceLimits, threads: int, knobs: Kno
 
 def codes_for_batches(batches: Iterable[tuple[int, int]], next_n: int, varlen: bool,
                       num_sms: int, split_kv: int, schedule: str, limits: DeviceLimits,
-                      knobs: Knobs, layout: TileLayout) -> dict[CodeSpec, Plan]:
+                      knobs: Knobs, layout: TileLayout, code_schedule: str | None = None
+                      ) -> dict[CodeSpec, Plan]:
     """The distinct cubins (with one example plan each) serving batch ranges.
 
-    ``batches`` is an iterable of inclusive ``(lo, hi)`` ranges.
+    ``batches`` is an iterable of inclusive ``(lo, hi)`` ranges; ``code_schedule`` as
+    :func:`plan` takes it.
     """
     threads = _threads(limits, knobs)
     out: dict[CodeSpec, Plan] = {}
     for lo, hi in batches:
         for b in _boundaries(lo, hi, limits, threads, knobs, layout):
-            p = plan(b, next_n, varlen, num_sms, split_kv, schedule, limits, knobs, layout)
+            p = plan(b, next_n, varlen, num_sms, split_kv, schedule, limits, knobs, layout,
+                     code_schedule)
             out.setdefault(p.code, p)
     return out

@@ -11,13 +11,16 @@ in ``docs/schedule.md``; the design of the kernels in the headers' comments.
 Kernel signature (every variant)::
 
     jitmeta_emit(const int* context_lens, const int* indices, u32 batch, u32 next_n,
-                 u32 num_sms, int* out, u32* ws)
+                 u32 num_sms, u32 wide_last, int* out, u32* ws)
+
+``wide_last`` (1 for "sm90", else 0) puts the SMs that take one unit more last, so one
+cubin serves both atom formats (they differ in nothing else).
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..envs import Knobs
 from ..heuristics.arch import DeviceLimits
@@ -33,7 +36,7 @@ __all__ = ["TileScheduleFamily", "FAMILY", "TEMPLATE", "ENGINE_HEADER", "KERNEL"
 TEMPLATE = "paged_mqa_metadata.cu.j2"
 ENGINE_HEADER = "jitmeta_engine.cuh"
 KERNEL = "jitmeta_emit"
-ARG_TYPES = (POINTER, POINTER, UINT32, UINT32, UINT32, POINTER, POINTER)
+ARG_TYPES = (POINTER, POINTER, UINT32, UINT32, UINT32, UINT32, POINTER, POINTER)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,20 @@ class TileScheduleFamily:
     layouts: dict = field(hash=False, compare=False)
     #: (schedule, varlen, threads, split_kv) -> the C++ format type
     format_type: object = field(hash=False, compare=False)
+    #: schedule -> the schedule whose cubin serves it (itself unless listed), and the
+    #: schedules whose calls pass wide_last = 1
+    served_by: dict = field(default_factory=dict, hash=False, compare=False)
+    wide_last: frozenset = frozenset()
+
+    def code_schedule(self, schedule: str) -> str:
+        """The schedule a cubin serving ``schedule`` is generated for."""
+        return self.served_by.get(schedule, schedule)
+
+    def kernel_code(self, code: CodeSpec) -> CodeSpec:
+        """``code`` as this version generates it (a code of a schedule another one's
+        cubin serves, e.g. read from an older miss manifest, becomes that one's)."""
+        target = self.code_schedule(code.schedule)
+        return code if target == code.schedule else replace(code, schedule=target)
 
     def layout(self, schedule: str, varlen: bool) -> TileLayout:
         return self.layouts[bool(varlen)]
@@ -62,18 +79,19 @@ class TileScheduleFamily:
              schedule: str, limits: DeviceLimits, knobs: Knobs) -> Plan:
         """The planner's decision for one shape of this family."""
         return _plan(batch, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
-                     self.layout(schedule, varlen))
+                     self.layout(schedule, varlen), self.code_schedule(schedule))
 
     def codes_for_batches(self, batches, next_n: int, varlen: bool, num_sms: int,
                           split_kv: int, schedule: str, limits: DeviceLimits, knobs: Knobs
                           ) -> dict[CodeSpec, Plan]:
         return _codes(batches, next_n, varlen, num_sms, split_kv, schedule, limits, knobs,
-                      self.layout(schedule, varlen))
+                      self.layout(schedule, varlen), self.code_schedule(schedule))
 
     def source(self, code: CodeSpec) -> KernelSource:
         """The cubin inputs of ``code``. Besides what shapes the kernel, the parameters
         carry the numbers the planner assumed about it; the stub checks
         them, so a mismatch fails to compile instead of computing garbage."""
+        code = self.kernel_code(code)
         lay = self.layout(code.schedule, code.varlen)
         params = {
             "code_name": code.name, "variant": code.variant, "varlen": code.varlen,
@@ -109,11 +127,15 @@ class TileScheduleFamily:
 
     def call(self, device: int, p: Plan, function: object) -> "ScheduleCall":
         """The loaded call of ``p`` (arguments in the kernel's order, launch geometry)."""
-        from ..jit.launcher import Launch  # the driver is needed only to launch
+        from ..jit import runtime  # the driver is needed only to launch
+        from ..jit.launcher import Launch
 
-        return ScheduleCall(p, Launch(device, function, p.grid, p.threads,
+        # the C launcher takes the function as its address: no conversion per call
+        fn = int(function) if runtime.c_launcher() else function
+        return ScheduleCall(p, Launch(device, fn, p.grid, p.threads,
                                       p.smem_dynamic_bytes, p.variant == "chunked",
-                                      ARG_TYPES), self.workspace_words(p))
+                                      ARG_TYPES), self.workspace_words(p),
+                            int(p.schedule in self.wide_last))
 
     @staticmethod
     def warm_command(p: Plan, knobs: Knobs, cache_dir=None) -> str:
@@ -121,9 +143,7 @@ class TileScheduleFamily:
 
 
 def _atom_format(code: CodeSpec) -> str:
-    sm90 = "true" if code.schedule == "sm90" else "false"
-    return (f"jitmeta::Schedule<{code.threads}, {code.split_kv}u, "
-            f"{str(code.varlen).lower()}, {sm90}>")
+    return f"jitmeta::Schedule<{code.threads}, {code.split_kv}u, {str(code.varlen).lower()}>"
 
 
 #: The atom formats: rows are (q_atom_idx, kv_split_idx), uint32 work.
@@ -134,7 +154,9 @@ FAMILY = TileScheduleFamily(
     # holds one tagged 64-bit word per 32-bit summary field.
     layouts={False: TileLayout(summary_bytes=4, slot_words=8),
              True: TileLayout(summary_bytes=16, slot_words=8)},
-    format_type=_atom_format)
+    format_type=_atom_format,
+    # "sm90" differs from "smxx" only in where the remainder's SMs go: a kernel argument
+    served_by={"sm90": "smxx"}, wide_last=frozenset({"sm90"}))
 
 
 _runtime = None  # jitmeta.jit.runtime, imported when the first call is built
@@ -151,6 +173,7 @@ class ScheduleCall:
     plan: Plan
     launch: "Launch"
     ws_words: int
+    wide_last: int = 0  # the kernel argument (1: the remainder's SMs last, "sm90")
     # derived from ``plan`` (one shape): what the hot path reads without a lookup
     device: int = field(init=False, repr=False)
     batch: int = field(init=False, repr=False)
@@ -174,13 +197,13 @@ class ScheduleCall:
 
             _runtime = runtime
         lc = self.launch
-        # (the C launcher takes the function as its address: no conversion per call)
-        fn = int(lc.function) if _runtime.c_launcher() else lc.function
-        set_(self, "direct", None if lc.cooperative else (fn, lc.grid, lc.threads, lc.smem))
+        set_(self, "direct", None if lc.cooperative
+             else (lc.function, lc.grid, lc.threads, lc.smem))
 
     def __call__(self, ctx_ptr: int, idx_ptr: int, out_ptr: int, stream: int,
                  ws_ptr: int, pdl: bool) -> None:
-        args = (ctx_ptr, idx_ptr, self.batch, self.next_n, self.num_sms, out_ptr, ws_ptr)
+        args = (ctx_ptr, idx_ptr, self.batch, self.next_n, self.num_sms, self.wide_last,
+                out_ptr, ws_ptr)
         direct = self.direct
         if direct is None:
             self.launch(args, stream, pdl)
@@ -207,7 +230,7 @@ def warm_command(p: Plan, knobs: Knobs, cache_dir=None) -> str:
         cmd += ["--cache-dir", shlex.quote(str(cache_dir))]
     cmd += ["warm", "--arch", c.arch, "--num-sms", str(p.num_sms), "--batch",
             str(p.batch), "--next-n", str(p.next_n), "--varlen",
-            "yes" if c.varlen else "no", "--format", c.schedule, "--split-kv",
+            "yes" if c.varlen else "no", "--format", p.schedule, "--split-kv",
             str(c.split_kv)]
     return " ".join(env + cmd)
 
@@ -217,5 +240,5 @@ def describe_plan(p: Plan) -> str:
     c = p.code
     return (f"{c.name} (batch {p.batch}, next_n {p.next_n}, "
             f"{'varlen' if c.varlen else 'non-varlen'}, {p.num_sms} SMs, format "
-            f"{c.schedule}, split_kv {c.split_kv}, {c.arch})")
+            f"{p.schedule}, split_kv {c.split_kv}, {c.arch})")
 
