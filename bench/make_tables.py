@@ -431,8 +431,17 @@ def region_targets(found: dict) -> str:
         ("batch 2^24 varlen <= 55 us", lambda r: r["batch"] == 2**24 and r["varlen"], 55),
         ("batch 2^24 dense <= 30 us", lambda r: r["batch"] == 2**24 and not r["varlen"], 30)]
     for label, pred, limit in per_batch:
-        v, r = _worst(_rows_where(gpu, pred), lambda r: med(r["us"]))
-        out.append([label, f"{fnum(v)} us{where(r)}", verdict(v, limit)])
+        rows = _rows_where(gpu, pred)
+        v, r = _worst(rows, lambda r: med(r["us"]))
+        text = f"{fnum(v)} us{where(r)}"
+        t = touch_us(gpu, r) if r is not None else None
+        if t is not None:  # what reading the worst row's input alone costs
+            text = f"{text[:-1]}; touch floor {fnum(t)} us)"
+        ft, fr = _worst(rows, lambda r: touch_us(gpu, r))
+        if ft is not None and ft > limit:  # no kernel reading the input can meet it
+            text += (f"; the limit is below the touch floor of {fr['mode']} "
+                     f"{batch_name(fr['batch'])} ({fnum(ft)} us)")
+        out.append([label, text, verdict(v, limit)])
     # every row within 1.5x of the touch floor (same input bytes, same graph shape)
     v, r = _worst(_rows_where(gpu, lambda r: True), lambda r: touch_ratio(gpu, r))
     out.append(["every batch: <= 1.5x the touch floor", f"{fnum(v)}x{where(r)}",
