@@ -403,8 +403,11 @@ def region_targets(found: dict) -> str:
     _, cli = current(found, "cpu-cli")
     out = []
 
-    def where(r):
-        return "" if r is None else f" ({r['format']} {r['mode']} {batch_name(r['batch'])})"
+    def case(r):
+        return f"{r['mode']} {batch_name(r['batch'])}"
+
+    def where(r, extra=""):
+        return "" if r is None else f" ({r['format']} {case(r)}{extra})"
 
     def verdict(v, limit):
         return "no record" if v is None else ("met" if v <= limit else "missed")
@@ -433,14 +436,11 @@ def region_targets(found: dict) -> str:
     for label, pred, limit in per_batch:
         rows = _rows_where(gpu, pred)
         v, r = _worst(rows, lambda r: med(r["us"]))
-        text = f"{fnum(v)} us{where(r)}"
-        t = touch_us(gpu, r) if r is not None else None
-        if t is not None:  # what reading the worst row's input alone costs
-            text = f"{text[:-1]}; touch floor {fnum(t)} us)"
+        t = touch_us(gpu, r) if r is not None else None  # reading its input alone
+        text = f"{fnum(v)} us{where(r, '' if t is None else f'; touch floor {fnum(t)} us')}"
         ft, fr = _worst(rows, lambda r: touch_us(gpu, r))
         if ft is not None and ft > limit:  # no kernel reading the input can meet it
-            text += (f"; the limit is below the touch floor of {fr['mode']} "
-                     f"{batch_name(fr['batch'])} ({fnum(ft)} us)")
+            text += f"; the limit is below the touch floor of {case(fr)} ({fnum(ft)} us)"
         out.append([label, text, verdict(v, limit)])
     # every row within 1.5x of the touch floor (same input bytes, same graph shape)
     v, r = _worst(_rows_where(gpu, lambda r: True), lambda r: touch_ratio(gpu, r))

@@ -186,21 +186,17 @@ def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
     assert "missed" in targets and "no record" in targets
 
 
-def _us(x):
-    return {"min": x, "median": x, "max": x, "n": 1}
-
-
 def test_absolute_targets_name_the_touch_floor_and_a_limit_below_it():
     """Each absolute target shows the worst row's touch floor; a limit that some row's
     floor exceeds (no kernel reading that input can meet it) is called out."""
     big, small = [2**24, 0], [8192, 8192]
     rows = [{"format": "smxx", "mode": "next_n=2", "batch": 2**24, "varlen": False,
-             "us": _us(41.0), "touch_words": big},
+             "us": records.spread([41.0]), "touch_words": big},
             {"format": "smxx", "mode": "varlen/runs=2", "batch": 8192, "varlen": True,
-             "us": _us(2.5), "touch_words": small}]
-    rec = {"rows": rows, "floors": {"empty": {"us": _us(0.5)}},
-           "touch": [{"words": big, "best": {"us": _us(33.0)}},
-                     {"words": small, "best": {"us": _us(1.5)}}]}
+             "us": records.spread([2.5]), "touch_words": small}]
+    rec = {"rows": rows, "floors": {"empty": {"us": records.spread([0.5])}},
+           "touch": [{"words": big, "best": {"us": records.spread([33.0])}},
+                     {"words": small, "best": {"us": records.spread([1.5])}}]}
     targets = make_tables.region_targets({"gpu-metadata": [("x.json", rec)]})
     line = next(x for x in targets.splitlines() if x.startswith("| batch 2^24 dense <= 30 us"))
     assert "41.00 us (smxx next_n=2 2^24; touch floor 33.00 us)" in line
