@@ -238,7 +238,41 @@ def cold_first_call(dry_run: bool) -> dict | None:
         runs.append({"ms": float(ms), "compiles": int(compiles)})
     return {"case": "batch 8192 varlen runs=2, smxx, fresh process, warm disk cache",
             "runs": runs,
-            "ms": records.spread(r["ms"] for r in runs if r["compiles"] == 0)}
+            "ms": records.spread(r["ms"] for r in runs if r["compiles"] == 0),
+            "parts": first_call_parts(snippet.split("t1 =")[0])}
+
+
+# The first call's steps one by one, in a fresh process: the plan and its cubin from
+# the disk cache (CPU), loading the module into the context, then the public call (which
+# finds the module loaded) and a second call for comparison.
+_PARTS = ("from jitmeta import dispatch, envs, kernels; from jitmeta.jit import runtime; "
+          "T = time.perf_counter; t0 = T(); k = envs.snapshot(); "
+          "p = dispatch.plan_for(8192, 1, True, 132, 256, 'smxx', 0, k); "
+          "b = dispatch.build_plan(p, k); t1 = T(); "
+          "runtime.load_module(0, b.key, b.cubin, b.names, kernels.family('smxx')"
+          ".max_dynamic_smem(p, dispatch.device_limits(0))); t2 = T(); "
+          "jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); torch.cuda.synchronize(); "
+          "t3 = T(); jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); "
+          "torch.cuda.synchronize(); t4 = T(); "
+          "print(*(round(x * 1e3, 3) for x in (t1 - t0, t2 - t1, t3 - t2, t4 - t3)), "
+          "jitmeta.stats()['compiles'])")
+PART_NAMES = ("plan_and_cubin", "module_load", "call", "second_call")
+
+
+def first_call_parts(setup: str) -> dict:
+    """Milliseconds of each step of :data:`_PARTS` over 3 fresh processes (runs that
+    compiled are left out of the spreads)."""
+    runs = []
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", setup + _PARTS], capture_output=True,
+                             text=True, env=os.environ.copy(), timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"first-call parts subprocess failed (exit "
+                               f"{res.returncode}):\n{res.stderr[-2000:]}")
+        *ms, compiles = res.stdout.split()[-(len(PART_NAMES) + 1):]
+        runs.append(dict(zip(PART_NAMES, map(float, ms)), compiles=int(compiles)))
+    kept = [r for r in runs if r["compiles"] == 0]
+    return {"runs": runs, **{n: records.spread(r[n] for r in kept) for n in PART_NAMES}}
 
 
 def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]:

@@ -210,11 +210,25 @@ def region_performance(found: dict) -> str:
     if rec is not None and rec.get("cold") and rec["cold"].get("ms"):
         c = rec["cold"]
         lines.append(f"* First call of a fresh process whose disk cache holds the cubin "
-                     f"({c['case']}): {fspread(c['ms'])} ms over {c['ms'].get('n')} runs.")
+                     f"({c['case']}): {fspread(c['ms'])} ms over {c['ms'].get('n')} runs."
+                     + first_call_parts(c.get("parts")))
     nv_name, nv = current(found, "cpu-nvrtc")
     lines.append("* " + nvrtc_sentence(nv_name, nv))
     lines += ["", "Full tables, the method and the targets: `docs/benchmarks/README.md`."]
     return "\n".join(lines)
+
+
+def first_call_parts(parts: dict | None) -> str:
+    """The first call's steps, when the record has them (medians, ms)."""
+    if not parts or any(not parts.get(n) for n in FIRST_CALL_PARTS):
+        return ""
+    said = ", ".join(f"{what} {fnum(med(parts[n]))}" for n, what in FIRST_CALL_PARTS.items())
+    return f" Its steps in other fresh processes (median ms): {said}."
+
+
+FIRST_CALL_PARTS = {"plan_and_cubin": "plan and cubin from disk",
+                    "module_load": "module load", "call": "the call with the module loaded",
+                    "second_call": "a second call"}
 
 
 def host_sentence(name: str, rec: dict) -> str:

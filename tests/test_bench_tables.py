@@ -207,6 +207,19 @@ def test_absolute_targets_name_the_touch_floor_and_a_limit_below_it():
     assert "below the touch floor" not in line
 
 
+def test_first_call_sentence_gives_its_steps_only_when_all_were_recorded():
+    parts = {n: records.spread([float(k + 1)]) for k, n in
+             enumerate(make_tables.FIRST_CALL_PARTS)}
+    said = make_tables.first_call_parts(parts)
+    assert said == (" Its steps in other fresh processes (median ms): plan and cubin from "
+                    "disk 1.00, module load 2.00, the call with the module loaded 3.00, "
+                    "a second call 4.00.")
+    assert make_tables.first_call_parts(None) == ""
+    parts["module_load"] = None  # every run compiled: no spread, so no sentence
+    assert make_tables.first_call_parts(parts) == ""
+    assert set(make_tables.FIRST_CALL_PARTS) == set(benchmark_metadata.PART_NAMES)
+
+
 def test_torch_ops_ratio_compares_like_with_like():
     row = {"calls_per_graph": 20, "us": {"median": 4.0},
            "latency_1call": {"calls_per_graph": 1, "us": {"median": 6.0}},
