@@ -3,7 +3,8 @@
 1. The variants: every cubin the README's ``jitmeta-cache ... warm`` command needs
    (the same planner call the command makes), compiled one at a time (-j 1) in one
    fresh worker process that first compiled something else (so NVRTC's library load is
-   not in the figures), ``--repeats`` times each: ms per variant (min / median / max).
+   not in the figures), ``--repeats`` times each: ms per variant (min / median / max);
+   then once more, untimed, for ptxas' report (registers, stack frame, spill bytes).
 2. The first compile of a fresh process (NVRTC library load included): ``--runs``
    fresh processes compiling the first variant once.
 3. The warm itself: the README's command as written (its ``--cache-dir`` replaced by
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -131,7 +133,27 @@ def worker(cli_argv: list[str], repeats: int, first_only: bool) -> dict:
         _, source, options = jit_build.key_for(kernels.source(code), Knobs())
         out.append({"name": name, "samples": [compile_cubin(source, options).seconds * 1e3
                                               for _ in range(repeats)]})
+        # once more, untimed, with ptxas' report: registers, stack and spills
+        verbose = replace(options, extra=(*options.extra, "--ptxas-options=-v"))
+        out[-1]["ptxas"] = ptxas_usage(compile_cubin(source, verbose).log)
     return {"variants": out}
+
+
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                          r"(\d+) bytes spill loads")
+
+
+def ptxas_usage(log: str) -> dict:
+    """Registers per thread, stack frame and spill bytes from ptxas' ``-v`` report of a
+    one-kernel program (the variants have one kernel each)."""
+    regs, stack = _PTXAS_REGS.findall(log), _PTXAS_STACK.findall(log)
+    if len(regs) != 1 or len(stack) != 1:
+        raise ValueError(f"expected one kernel's ptxas report, found {len(regs)} register "
+                         f"and {len(stack)} stack lines in:\n{log}")
+    frame, stores, loads = map(int, stack[0])
+    return {"registers": int(regs[0]), "stack_bytes": frame, "spill_store_bytes": stores,
+            "spill_load_bytes": loads}
 
 
 def _clean_env() -> dict:
@@ -226,8 +248,8 @@ def main(argv=None) -> int:
                 dry_run=False, subset=bool(subset), subset_options=subset or None,
                 jobs_per_variant=1, repeats=args.repeats, runs=args.runs)
     record = {"schema": records.SCHEMA, "kind": "cpu-nvrtc", "meta": meta,
-              "variants": [{"name": v["name"], "ms": records.spread(v["samples"])}
-                           for v in compiled],
+              "variants": [{"name": v["name"], "ms": records.spread(v["samples"]),
+                            "ptxas": v["ptxas"]} for v in compiled],
               "first_compile_in_process_ms": records.spread(first),
               "warm": {"command": command if not subset else shown,
                        "runs": [round(s, 3) for s in warm_runs],

@@ -348,16 +348,39 @@ def region_nvrtc(found: dict) -> str:
     if rec is None:
         return nvrtc_sentence(None, None)
     m = rec["meta"]
-    rows = [[f"`{v['name']}`", fspread(v["ms"], 0)] for v in rec["variants"]]
+    rows = [[f"`{v['name']}`", fspread(v["ms"], 0), *ptxas_cells(v.get("ptxas"))]
+            for v in rec["variants"]]
     first = rec.get("first_compile_in_process_ms")
     return "\n".join([
-        nvrtc_sentence(name, rec),
+        nvrtc_sentence(name, rec) + spill_sentence(rec),
         f"Warm command (as in README.md, fresh process, empty cache each run): "
         f"`{rec['warm']['command']}`; runs: {', '.join(fnum(s, 2) for s in rec['warm']['runs'])} s."
         + (f" First compile in a fresh process (NVRTC library load included): "
            f"{fspread(first, 0)} ms." if first else ""),
         f"NVRTC {m['nvrtc']}, cuda-bindings {m['cuda_bindings']}, Python {m['python']}.", "",
-        table(["variant", "ms (min-max)"], rows, "lr")])
+        table(["variant", "ms (min-max)", "registers", "stack bytes",
+               "spill stores / loads (bytes)"], rows, "lrrrr")])
+
+
+def ptxas_cells(usage: dict | None) -> list[str]:
+    """A variant's ptxas figures (registers per thread, stack frame, spill bytes)."""
+    if not usage:
+        return ["-", "-", "-"]
+    return [str(usage["registers"]), str(usage["stack_bytes"]),
+            f"{usage['spill_store_bytes']} / {usage['spill_load_bytes']}"]
+
+
+def spill_sentence(rec: dict) -> str:
+    """Which variants spill registers to local memory, by ptxas' report in the record."""
+    usages = [(v["name"], v.get("ptxas")) for v in rec["variants"]]
+    if any(u is None for _, u in usages):
+        return ""
+    spills = [f"`{n}` ({u['registers']} registers, {u['spill_store_bytes']} / "
+              f"{u['spill_load_bytes']} bytes spill stores / loads)"
+              for n, u in usages if u["spill_store_bytes"] or u["spill_load_bytes"]]
+    if not spills:
+        return " ptxas reports no register spills in any variant."
+    return f" ptxas reports register spills in {len(spills)} variant(s): {', '.join(spills)}."
 
 
 def cli_sentence(name: str | None, rec: dict | None) -> str:

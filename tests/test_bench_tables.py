@@ -284,6 +284,30 @@ def test_nvrtc_script_reads_the_readme_warm_command():
         benchmark_nvrtc.readme_warm_command("no command here")
 
 
+def test_ptxas_report_is_read_and_spilling_variants_are_named():
+    log = ("ptxas info    : Compiling entry function 'jitmeta_emit' for 'sm_90'\n"
+           "ptxas         .     120 bytes stack frame, 232 bytes spill stores, 204 bytes "
+           "spill loads\nptxas info    : Used 64 registers, used 1 barriers, 34340 bytes smem\n")
+    usage = benchmark_nvrtc.ptxas_usage(log)
+    assert usage == {"registers": 64, "stack_bytes": 120, "spill_store_bytes": 232,
+                     "spill_load_bytes": 204}
+    with pytest.raises(ValueError, match="one kernel's ptxas report"):
+        benchmark_nvrtc.ptxas_usage(log + log)  # two kernels: which one?
+    with pytest.raises(ValueError, match="one kernel's ptxas report"):
+        benchmark_nvrtc.ptxas_usage("ptxas info    : Used 40 registers")
+    clean = dict(usage, stack_bytes=0, spill_store_bytes=0, spill_load_bytes=0)
+    rec = {"variants": [{"name": "a", "ptxas": usage}, {"name": "b", "ptxas": clean}]}
+    assert make_tables.spill_sentence(rec) == (
+        " ptxas reports register spills in 1 variant(s): `a` (64 registers, 232 / 204 "
+        "bytes spill stores / loads).")
+    rec["variants"][0]["ptxas"] = clean
+    assert make_tables.spill_sentence(rec) == " ptxas reports no register spills in any variant."
+    rec["variants"][0]["ptxas"] = None  # a record without the report says nothing
+    assert make_tables.spill_sentence(rec) == ""
+    assert make_tables.ptxas_cells(None) == ["-", "-", "-"]
+    assert make_tables.ptxas_cells(usage) == ["64", "120", "232 / 204"]
+
+
 def test_nvrtc_script_on_a_subset_writes_a_record_the_generator_refuses(tmp_path):
     rc = benchmark_nvrtc.main(["--batch", "1-64", "--format", "smxx", "--varlen", "no",
                                "--next-n", "1", "--repeats", "1", "--runs", "1",
@@ -294,6 +318,9 @@ def test_nvrtc_script_on_a_subset_writes_a_record_the_generator_refuses(tmp_path
     assert rec["meta"]["subset"] is True and rec["meta"]["cpus"] >= 1
     (variant,) = rec["variants"]
     assert variant["name"].startswith("static_dense_smxx") and variant["ms"]["median"] > 0
+    usage = variant["ptxas"]
+    assert 16 <= usage["registers"] <= 255 and usage["stack_bytes"] >= 0
+    assert usage["spill_store_bytes"] >= 0 and usage["spill_load_bytes"] >= 0
     assert rec["warm"]["s"]["median"] > 0 and len(rec["warm"]["runs"]) == 1
     assert rec["first_compile_in_process_ms"]["n"] == 1
     with pytest.raises(make_tables.RecordError, match="subset"):
