@@ -2,8 +2,9 @@
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [host] [configs]
 #                               [hostcmp] [profile] [ncu] [phases] [flagab] [launchcost]
-#                               [cu12]
-# (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck)
+#                               [cu12] [checks]
+# (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck; "checks" =
+# tests, memcheck and racecheck run side by side)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
 # "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
 # an earlier version of the package unpacked in .before/ (git archive REV | tar -x -C
@@ -54,6 +55,28 @@ for stage in $stages; do
           "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
           "$repo/tests/test_bundle.py" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
       rc=$((rc | ${PIPESTATUS[0]})) ;;
+    checks)
+      # tests, memcheck and racecheck at once (three processes sharing the GPU and the
+      # kernel cache): one call's time is the slowest of the three, not their sum
+      [ -f "$repo/.bundle/cpu-sm90.tgz" ] && export JITMETA_TEST_BUNDLE="$repo/.bundle/cpu-sm90.tgz"
+      timeout ${JITMETA_TESTS_TIMEOUT:-300} python3 -m pytest -p no:cacheprovider -v -m gpu -rfE --timeout 120 \
+          "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
+          "$repo/tests/test_bundle.py" > "$OUT/pytest-gpu.log" 2>&1 &
+      pids="$!"
+      for tool in memcheck racecheck; do
+        timeout ${JITMETA_SANITIZER_TIMEOUT:-200} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+            > "$OUT/sanitizer-$tool.log" 2>&1 &
+        pids="$pids $!"
+      done
+      set -- $pids
+      wait "$1"; r=$?; echo "pytest (gpu): exit $r"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/pytest-gpu.log" | tail -15
+      rc=$((rc | r))
+      shift
+      for tool in memcheck racecheck; do
+        wait "$1"; r=$?; shift
+        echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
+        rc=$((rc | r))
+      done ;;
     memcheck|racecheck|sanitize)
       tools=$stage; [ "$stage" = sanitize ] && tools="memcheck racecheck"
       for tool in $tools; do
