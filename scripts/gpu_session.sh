@@ -88,10 +88,12 @@ for stage in $stages; do
     bench)
       # < 6 minutes on an H200 in all (each script prints a progress line per case).
       # The records name the commit: JITMETA_BENCH_COMMIT when set, else the copy's git.
-      # Set it in the device command (JITMETA_BENCH_COMMIT=$(git rev-parse --short HEAD),
-      # expanded here): a copied tree's .git may be older than the tree (seen on
-      # 2026-12-03: the copy's .git stayed at the session's first commit). Both records
-      # go to $OUT; copy them to docs/benchmarks/ and run python bench/make_tables.py.
+      # Set it to the hash written out in the device command (JITMETA_BENCH_COMMIT=abc1234,
+      # taken from `git rev-parse --short HEAD` on the build machine): a $(git ...) in that
+      # command runs on the device, where the copied tree's .git may be older than the
+      # tree (seen on 2026-12-03 and 2026-12-06: the copy's .git stayed at the session's
+      # first commit). Both records go to $OUT; copy them to docs/benchmarks/ and run
+      # python bench/make_tables.py.
       git -C "$repo" rev-parse HEAD > /dev/null 2>&1 || [ -n "${JITMETA_BENCH_COMMIT:-}" ] ||
         echo "note: no .git and no JITMETA_BENCH_COMMIT: the records will say commit unknown"
       timeout ${JITMETA_BENCH_TIMEOUT:-270} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
