@@ -216,63 +216,60 @@ def touch_floor(floors, timer: GraphTimer, ctx, idx, out, num_sms: int) -> dict:
     return {"words": list(words), "best": best, "tried": tried}
 
 
-def cold_first_call(dry_run: bool) -> dict | None:
-    """First call of a fresh process whose disk cache holds the cubin (batch 8192
-    varlen, "smxx"): 3 processes; a run that compiled is reported, not counted."""
-    if dry_run:
-        return None
-    snippet = ("import time, torch; import jitmeta; "
+# Every first-call process: the inputs of the seed scenario (batch 8192 varlen, runs of
+# 2), made and synchronized before anything is timed. Each snippet after it prints its
+# milliseconds, then how many kernels the process compiled.
+_COLD_SETUP = ("import time, torch; import jitmeta; T = time.perf_counter; "
                "c = torch.full((8192, 1), 4096, dtype=torch.int32, device='cuda'); "
-               "i = (torch.arange(8192, device='cuda') // 2).int(); torch.cuda.synchronize(); "
-               "t1 = time.perf_counter(); jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); "
-               "torch.cuda.synchronize(); t2 = time.perf_counter(); "
-               "print(round((t2 - t1) * 1e3, 3), jitmeta.stats()['compiles'])")
-    runs = []
-    for _ in range(3):
-        res = subprocess.run([sys.executable, "-c", snippet], capture_output=True,
-                             text=True, env=os.environ.copy(), timeout=120)
-        if res.returncode != 0:
-            raise RuntimeError(f"first-call subprocess failed (exit {res.returncode}):\n"
-                               f"{res.stderr[-2000:]}")
-        ms, compiles = res.stdout.split()[-2:]
-        runs.append({"ms": float(ms), "compiles": int(compiles)})
-    return {"case": "batch 8192 varlen runs=2, smxx, fresh process, warm disk cache",
-            "runs": runs,
-            "ms": records.spread(r["ms"] for r in runs if r["compiles"] == 0),
-            "parts": first_call_parts(snippet.split("t1 =")[0])}
-
-
-# The first call's steps one by one, in a fresh process: the plan and its cubin from
-# the disk cache (CPU), loading the module into the context, then the public call (which
-# finds the module loaded) and a second call for comparison.
+               "i = (torch.arange(8192, device='cuda') // 2).int(); torch.cuda.synchronize(); ")
+_CALL = ("jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); torch.cuda.synchronize(); ")
+_FIRST = ("t0 = T(); " + _CALL + "t1 = T(); "
+          "print(round((t1 - t0) * 1e3, 3), jitmeta.stats()['compiles'])")
+# The first call's steps one by one: the plan and its cubin from the disk cache (CPU),
+# loading the module into the context, then the public call (which finds the module
+# loaded) and a second call for comparison.
 _PARTS = ("from jitmeta import dispatch, envs, kernels; from jitmeta.jit import runtime; "
-          "T = time.perf_counter; t0 = T(); k = envs.snapshot(); "
+          "t0 = T(); k = envs.snapshot(); "
           "p = dispatch.plan_for(8192, 1, True, 132, 256, 'smxx', 0, k); "
           "b = dispatch.build_plan(p, k); t1 = T(); "
           "runtime.load_module(0, b.key, b.cubin, b.names, kernels.family('smxx')"
           ".max_dynamic_smem(p, dispatch.device_limits(0))); t2 = T(); "
-          "jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); torch.cuda.synchronize(); "
-          "t3 = T(); jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); "
-          "torch.cuda.synchronize(); t4 = T(); "
+          + _CALL + "t3 = T(); " + _CALL + "t4 = T(); "
           "print(*(round(x * 1e3, 3) for x in (t1 - t0, t2 - t1, t3 - t2, t4 - t3)), "
           "jitmeta.stats()['compiles'])")
 PART_NAMES = ("plan_and_cubin", "module_load", "call", "second_call")
 
 
-def first_call_parts(setup: str) -> dict:
-    """Milliseconds of each step of :data:`_PARTS` over 3 fresh processes (runs that
-    compiled are left out of the spreads)."""
+def _fresh_runs(snippet: str, names: tuple[str, ...], what: str) -> list[dict]:
+    """``snippet`` (after :data:`_COLD_SETUP`) in 3 fresh processes: each run's printed
+    milliseconds under ``names``, and ``compiles``."""
     runs = []
     for _ in range(3):
-        res = subprocess.run([sys.executable, "-c", setup + _PARTS], capture_output=True,
-                             text=True, env=os.environ.copy(), timeout=120)
+        res = subprocess.run([sys.executable, "-c", _COLD_SETUP + snippet],
+                             capture_output=True, text=True, env=os.environ.copy(),
+                             timeout=120)
         if res.returncode != 0:
-            raise RuntimeError(f"first-call parts subprocess failed (exit "
-                               f"{res.returncode}):\n{res.stderr[-2000:]}")
-        *ms, compiles = res.stdout.split()[-(len(PART_NAMES) + 1):]
-        runs.append(dict(zip(PART_NAMES, map(float, ms)), compiles=int(compiles)))
-    kept = [r for r in runs if r["compiles"] == 0]
-    return {"runs": runs, **{n: records.spread(r[n] for r in kept) for n in PART_NAMES}}
+            raise RuntimeError(f"{what} subprocess failed (exit {res.returncode}):\n"
+                               f"{res.stderr[-2000:]}")
+        *ms, compiles = res.stdout.split()[-(len(names) + 1):]
+        runs.append(dict(zip(names, map(float, ms)), compiles=int(compiles)))
+    return runs
+
+
+def cold_first_call(dry_run: bool) -> dict | None:
+    """First call of a fresh process whose disk cache holds the cubin (batch 8192
+    varlen, "smxx"), and its steps: 3 processes each; a run that compiled is reported,
+    not counted."""
+    if dry_run:
+        return None
+    runs = _fresh_runs(_FIRST, ("ms",), "first-call")
+    parts = _fresh_runs(_PARTS, PART_NAMES, "first-call parts")
+    kept = [r for r in parts if r["compiles"] == 0]
+    return {"case": "batch 8192 varlen runs=2, smxx, fresh process, warm disk cache",
+            "runs": runs,
+            "ms": records.spread(r["ms"] for r in runs if r["compiles"] == 0),
+            "parts": {"runs": parts,
+                      **{n: records.spread(r[n] for r in kept) for n in PART_NAMES}}}
 
 
 def tuning_rows(timer: GraphTimer, gen, batches, device, progress) -> list[dict]:

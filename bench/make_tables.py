@@ -218,17 +218,18 @@ def region_performance(found: dict) -> str:
     return "\n".join(lines)
 
 
+# the steps of a first call in the metadata record (bench/benchmark_metadata.PART_NAMES)
+FIRST_CALL_PARTS = {"plan_and_cubin": "plan and cubin from disk",
+                    "module_load": "module load", "call": "the call with the module loaded",
+                    "second_call": "a second call"}
+
+
 def first_call_parts(parts: dict | None) -> str:
     """The first call's steps, when the record has them (medians, ms)."""
     if not parts or any(not parts.get(n) for n in FIRST_CALL_PARTS):
         return ""
     said = ", ".join(f"{what} {fnum(med(parts[n]))}" for n, what in FIRST_CALL_PARTS.items())
     return f" Its steps in other fresh processes (median ms): {said}."
-
-
-FIRST_CALL_PARTS = {"plan_and_cubin": "plan and cubin from disk",
-                    "module_load": "module load", "call": "the call with the module loaded",
-                    "second_call": "a second call"}
 
 
 def host_sentence(name: str, rec: dict) -> str:

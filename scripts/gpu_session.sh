@@ -42,6 +42,26 @@ as_version() {
   [ "$which" = before ] && site=/tmp/site-before
   PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which "$@"
 }
+# The GPU test suite (with the CPU-built bundle, when carried: imported and used
+# offline) and one compute-sanitizer tool over scripts/sanitize_cases.py; each writes
+# its log under $OUT and returns the exit status.
+gpu_tests() {
+  [ -f "$repo/.bundle/cpu-sm90.tgz" ] && export JITMETA_TEST_BUNDLE="$repo/.bundle/cpu-sm90.tgz"
+  timeout ${JITMETA_TESTS_TIMEOUT:-300} python3 -m pytest -p no:cacheprovider -v -m gpu -rfE --timeout 120 \
+      "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
+      "$repo/tests/test_bundle.py" > "$OUT/pytest-gpu.log" 2>&1
+}
+sanitizer() {
+  timeout ${JITMETA_SANITIZER_TIMEOUT:-200} compute-sanitizer --tool "$1" --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
+      > "$OUT/sanitizer-$1.log" 2>&1
+}
+# what to show of their logs, given the exit status
+tests_said() {
+  echo "pytest (gpu): exit $1"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/pytest-gpu.log" | tail -15
+}
+sanitizer_said() {
+  echo "compute-sanitizer $1: exit $2"; tail -4 "$OUT/sanitizer-$1.log"
+}
 rc=0
 for stage in $stages; do
   case $stage in
@@ -49,41 +69,20 @@ for stage in $stages; do
       timeout 180 python3 -X faulthandler -c "import faulthandler, runpy, sys; faulthandler.dump_traceback_later(60, exit=True); sys.argv=['x']; runpy.run_path('$repo/scripts/sanitize_cases.py', run_name='__main__')" 2>&1 | tee "$OUT/smoke.log" | tail -30
       rc=$((rc | ${PIPESTATUS[0]})) ;;
     tests)
-      # a bundle exported on a CPU machine (.bundle/, carried) is imported and used offline
-      [ -f "$repo/.bundle/cpu-sm90.tgz" ] && export JITMETA_TEST_BUNDLE="$repo/.bundle/cpu-sm90.tgz"
-      timeout ${JITMETA_TESTS_TIMEOUT:-300} python3 -m pytest -p no:cacheprovider -v -m gpu -rfE --timeout 120 \
-          "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
-          "$repo/tests/test_bundle.py" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40
-      rc=$((rc | ${PIPESTATUS[0]})) ;;
+      gpu_tests; r=$?; tail -40 "$OUT/pytest-gpu.log"; rc=$((rc | r)) ;;
     checks)
       # tests, memcheck and racecheck at once (three processes sharing the GPU and the
       # kernel cache): one call's time is the slowest of the three, not their sum
-      [ -f "$repo/.bundle/cpu-sm90.tgz" ] && export JITMETA_TEST_BUNDLE="$repo/.bundle/cpu-sm90.tgz"
-      timeout ${JITMETA_TESTS_TIMEOUT:-300} python3 -m pytest -p no:cacheprovider -v -m gpu -rfE --timeout 120 \
-          "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_serving.py" \
-          "$repo/tests/test_bundle.py" > "$OUT/pytest-gpu.log" 2>&1 &
-      pids="$!"
-      for tool in memcheck racecheck; do
-        timeout ${JITMETA_SANITIZER_TIMEOUT:-200} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
-            > "$OUT/sanitizer-$tool.log" 2>&1 &
-        pids="$pids $!"
-      done
-      set -- $pids
-      wait "$1"; r=$?; echo "pytest (gpu): exit $r"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/pytest-gpu.log" | tail -15
-      rc=$((rc | r))
-      shift
-      for tool in memcheck racecheck; do
-        wait "$1"; r=$?; shift
-        echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
-        rc=$((rc | r))
-      done ;;
+      gpu_tests & t=$!
+      sanitizer memcheck & m=$!
+      sanitizer racecheck & k=$!
+      wait $t; r=$?; tests_said $r; rc=$((rc | r))
+      wait $m; r=$?; sanitizer_said memcheck $r; rc=$((rc | r))
+      wait $k; r=$?; sanitizer_said racecheck $r; rc=$((rc | r)) ;;
     memcheck|racecheck|sanitize)
       tools=$stage; [ "$stage" = sanitize ] && tools="memcheck racecheck"
       for tool in $tools; do
-        timeout ${JITMETA_SANITIZER_TIMEOUT:-200} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 "$repo/scripts/sanitize_cases.py" \
-            > "$OUT/sanitizer-$tool.log" 2>&1
-        r=$?; echo "compute-sanitizer $tool: exit $r"; tail -4 "$OUT/sanitizer-$tool.log"
-        rc=$((rc | r))
+        sanitizer $tool; r=$?; sanitizer_said $tool $r; rc=$((rc | r))
       done ;;
     bench)
       # < 6 minutes on an H200 in all (each script prints a progress line per case).
