@@ -34,8 +34,8 @@ from jitmeta.cache_tools.cli import main
 from jitmeta.jit import build as jit_build
 from jitmeta.jit.build import stats
 from jit_support import build, key_for
-from jitmeta.jit.cache import (CUBIN, META, MAX_FILE_BYTES, QUARANTINE_KEEP, CacheError,
-                               DiskCache, meta_checksum)
+from jitmeta.jit.cache import (CUBIN, META, MAX_FILE_BYTES, QUARANTINE_KEEP, STAMP,
+                               CacheError, DiskCache, meta_checksum)
 
 try:
     NOBODY = pwd.getpwnam("nobody")
@@ -779,3 +779,63 @@ def test_finding12_clear_and_prune_on_an_empty_root_say_so(cache_dir, capsys):
     code, out, _ = run(capsys, "prune", "--older-than", "1")
     assert code == 0 and "nothing to prune" in out
     assert not cache_dir.exists()
+
+
+# --- 13. the LRU stamp: moved in place only when it is a plain file of ours -------------
+
+def _stamp(cache: DiskCache, key: str) -> Path:
+    return cache.entry_dir(key) / STAMP
+
+
+def test_a_load_moves_our_stamp_in_place(tmp_path):
+    cache = DiskCache(tmp_path / "cache")
+    key = _fake(cache, 1, 1000)
+    cache.touch(key, time.time() - 86400)
+    before = _stamp(cache, key).lstat()
+    assert abs(cache.last_used(key) - before.st_mtime) < 1e-3
+    assert cache.load(key) is not None
+    after = _stamp(cache, key).lstat()
+    assert after.st_ino == before.st_ino  # the same file, no new one renamed over it
+    assert time.time() - cache.last_used(key) < 60
+    assert not list(cache.tmp_dir.iterdir())  # and nothing was written in tmp/
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_a_stamp_that_is_a_link_is_replaced_never_written_through(tmp_path, kind):
+    cache = DiskCache(tmp_path / "cache")
+    key = _fake(cache, 2, 1000)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("not the cache's\n")
+    old = time.time() - 7200
+    os.utime(outside, (old, old))
+    stamp = _stamp(cache, key)
+
+    def plant():
+        stamp.unlink()
+        if kind == "symlink":
+            stamp.symlink_to(outside)
+        else:
+            os.link(outside, stamp)
+
+    for way in (lambda: cache.load(key), lambda: cache.touch(key)):
+        plant()
+        way()
+        assert outside.stat().st_mtime == old and outside.read_text() == "not the cache's\n"
+        assert stamp.is_file() and not stamp.is_symlink() and stamp.lstat().st_nlink == 1
+        assert time.time() - cache.last_used(key) < 60
+
+
+@needs_root_and_nobody
+def test_a_stamp_of_another_user_is_replaced_not_modified(tmp_path):
+    cache = DiskCache(tmp_path / "cache")
+    key = _fake(cache, 3, 1000)
+    stamp = _stamp(cache, key)
+    keep = tmp_path / "their-stamp"
+    os.link(stamp, keep)  # to look at the old file afterwards
+    os.chown(stamp, NOBODY.pw_uid, NOBODY.pw_gid)
+    old = time.time() - 7200
+    os.utime(stamp, (old, old))
+    assert cache.load(key) is not None
+    assert keep.stat().st_mtime == old and keep.stat().st_uid == NOBODY.pw_uid
+    assert stamp.lstat().st_uid == os.getuid() and stamp.lstat().st_ino != keep.stat().st_ino
+    assert time.time() - cache.last_used(key) < 60

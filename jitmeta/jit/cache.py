@@ -5,7 +5,7 @@ Layout under the root (the caller decides the root; see docs/cache.md)::
     v1/entries/<key[:2]>/<key>/kernel.cubin   the cubin
                               /kernel.cu      the rendered source (a key input)
                               /meta.json      key inputs, plan, versions, checksums, ...
-                              /last_used      LRU stamp (its content: a unix time)
+                              /last_used      LRU stamp (its modification time)
     v1/tmp/        entries being built, entries being deleted, stamps being written
     v1/quarantine/<key>.<time>.<rand>/entry   an entry that failed verification
                                      /REASON  why
@@ -18,8 +18,9 @@ Invariants the rest of the package relies on:
   output, so a cache baked on one machine hits on another.
 * An entry appears by one ``rename`` of a complete, fsynced temp directory on the
   same filesystem and disappears by one ``rename`` out of ``entries/``; a reader sees
-  a whole entry or none. ``last_used`` is replaced by a rename too and is the only
-  file not covered by a checksum.
+  a whole entry or none. ``last_used`` is the only file not covered by a checksum:
+  its modification time is the entry's LRU time, moved in place when the stamp is
+  ours, else by renaming a new stamp over it.
 * Every operation opens the root once, through a walk that checks the owner and mode
   of every directory on the way (the root's parents included, symbolic links
   resolved by the walk itself), and then works relative to that directory
@@ -364,6 +365,30 @@ def _write_new(dir_fd: int, name: str, data: bytes, sync: bool = True) -> None:
         os.close(fd)
 
 
+def _restamp_at(efd: int, when: float | None) -> bool:
+    """Set the modification time of the stamp in the entry open as ``efd`` to ``when``
+    (None: now), through an fd opened here without following a link, and only when it
+    is a regular file of this user with one link (nothing else can be reached through
+    it) that its owner may write (a tree made read-only with chmod keeps its stamps,
+    as one on a read-only filesystem does). False otherwise, or when the time cannot
+    be set."""
+    try:
+        fd = os.open(STAMP, _READ_FLAGS, dir_fd=efd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
+                or st.st_uid != os.getuid() or not st.st_mode & stat.S_IWUSR):
+            return False
+        os.utime(fd, None if when is None else (when, when))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _fsync_fd(fd: int) -> None:
     try:
         os.fsync(fd)
@@ -507,12 +532,15 @@ class DiskCache:
     max_bytes
         Size cap: the quarantine is held inside it (oldest first) when it grows.
     lock_dir
-        Node-local directory of the lock files (default :func:`default_lock_dir`).
+        Node-local directory of the lock files (default: :func:`default_lock_dir` of
+        ``runtime_dir``, decided when first needed: only a compile takes a lock).
+    runtime_dir
+        The caller's ``$XDG_RUNTIME_DIR``, for that default.
     """
 
     def __init__(self, root: Path | str, *, allow_shared: bool = False,
                  lock_timeout: float = LOCK_TIMEOUT_S, max_bytes: int | None = None,
-                 lock_dir: Path | str | None = None):
+                 lock_dir: Path | str | None = None, runtime_dir: str | None = None):
         if root is None:
             raise TypeError("DiskCache(root): root is None; pass the cache directory "
                             "(jitmeta.jit.build.cache_for_root() picks the default)")
@@ -524,7 +552,8 @@ class DiskCache:
         self.allow_shared = bool(allow_shared)
         self.lock_timeout = float(lock_timeout)
         self.max_bytes = max_bytes
-        self.lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
+        self._lock_dir = Path(lock_dir) if lock_dir is not None else None
+        self._runtime_dir = runtime_dir
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
         #: key -> why the last load of it failed (for offline error messages)
@@ -561,6 +590,13 @@ class DiskCache:
                 return
             self._warned.add(kind)
         log.warning(message)
+
+    @property
+    def lock_dir(self) -> Path:
+        """The node-local directory of the lock files."""
+        if self._lock_dir is None:  # racing threads compute the same path
+            self._lock_dir = default_lock_dir(self._runtime_dir)
+        return self._lock_dir
 
     # --- trust: the walk to the root, and every directory below it ------------------
     def _refuse(self, d, why: str) -> None:
@@ -784,17 +820,25 @@ class DiskCache:
         """(problem or None, ``{file: bytes}``, meta) of the entry for ``key``: the
         exact bytes that :func:`verify_entry` judged. FileNotFoundError when no entry
         exists; CacheError (``trust``) when the directories are not trusted."""
+        return self._read(key, deep, trust, False)[:3]
+
+    def _read(self, key: str, deep: bool, trust: bool, restamp: bool
+              ) -> tuple[str | None, dict[str, bytes], dict, bool]:
+        """:meth:`read_entry`, and whether a good entry's stamp was moved to now in
+        place (``restamp``: :func:`_restamp_at`, through the entry's open fd)."""
         if not _KEY_RE.match(key):
             raise ValueError(f"cache key {key!r} is not 64 lowercase hex digits")
         with self._dirs("entries", key[:2], trust=trust) as (_b, _e, shard):
             st = os.stat(key, dir_fd=shard, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):  # a bad entry (quarantined as a link), not a
-                return "entry is a symbolic link", {}, {}  # reason to stop loading
+                return "entry is a symbolic link", {}, {}, False  # reason to stop loading
             if not stat.S_ISDIR(st.st_mode):
-                return "entry is not a directory", {}, {}
+                return "entry is not a directory", {}, {}, False
             efd = self._open_sub(shard, key, self.entry_dir(key), False, trust)
             try:
-                return self._read_entry(efd, key, deep)
+                problem, files, meta = self._read_entry(efd, key, deep)
+                return (problem, files, meta,
+                        restamp and problem is None and _restamp_at(efd, None))
             finally:
                 os.close(efd)
 
@@ -808,26 +852,27 @@ class DiskCache:
     def load(self, key: str, touch: bool = True) -> CacheEntry | None:
         """The verified entry for ``key``, or None (a bad entry is quarantined).
 
-        Raises :class:`CacheError` when the cache directories are not trusted.
+        ``touch``: move the entry's LRU stamp to now (in place when the stamp is ours,
+        else by :meth:`touch`). Raises :class:`CacheError` when the cache directories
+        are not trusted.
         """
-        try:
-            problem, cubin, meta = self.check(key)
-        except FileNotFoundError:
-            return None
-        if problem is not None:
+        problem = "not read"
+        for _attempt in range(2):
             # Entries change only by whole-directory renames: re-read once, in case
             # another process replaced or removed this one while we were reading it.
             try:
-                problem, cubin, meta = self.check(key)
+                problem, files, meta, stamped = self._read(key, False, True, touch)
             except FileNotFoundError:
                 return None
+            if problem is None:
+                break
         if problem is not None:
             self.quarantine(key, problem)
             return None
         self.problems.pop(key, None)
-        if touch:
-            self.touch(key)
-        return CacheEntry(key, self.entry_dir(key), cubin, meta)
+        if touch and not stamped:
+            self._replace_stamp(key, time.time())
+        return CacheEntry(key, self.entry_dir(key), files.get(CUBIN, b""), meta)
 
     # --- quarantine ------------------------------------------------------------------
     def _quarantine_at(self, parent: int, name: str, label: str, reason: str) -> Path:
@@ -901,17 +946,30 @@ class DiskCache:
 
     # --- stamps ----------------------------------------------------------------------
     def touch(self, key: str, when: float | None = None) -> None:
-        """Replace the LRU stamp by a rename of a new file written in ``tmp/`` (best
-        effort: a read-only root keeps its stamps). Not synced: a stamp lost in a crash
-        only makes its entry look older to the pruner, and a fresh process's first
-        cache hit pays this write."""
-        data = f"{time.time() if when is None else when:.3f}\n".encode()
+        """Move the LRU stamp to ``when`` (default: now): in place when the stamp is a
+        file of ours (:func:`_restamp_at`), else replaced by a rename of a new file
+        written in ``tmp/`` (best effort: a read-only root keeps its stamps). Not
+        synced: a stamp lost in a crash only makes its entry look older to the
+        pruner."""
+        when = time.time() if when is None else when
+        try:
+            with self._dirs("entries", key[:2], key) as (_b, _e, _s, efd):
+                if _restamp_at(efd, when):
+                    return
+        except (OSError, CacheError):
+            return
+        self._replace_stamp(key, when)
+
+    def _replace_stamp(self, key: str, when: float) -> None:
+        """A new stamp file in ``tmp/``, renamed over the entry's (best effort)."""
+        data = f"{when:.3f}\n".encode()
         try:
             with self._dirs("tmp", create=True) as (_b, tmp), \
                     self._dirs("entries", key[:2], key) as (_b2, _e, _s, efd):
                 name = self._tmp_name("stamp", key) + uuid.uuid4().hex[:8]
                 _write_new(tmp, name, data, sync=False)
                 try:
+                    os.utime(name, (when, when), dir_fd=tmp, follow_symlinks=False)
                     os.rename(name, STAMP, src_dir_fd=tmp, dst_dir_fd=efd)
                 except OSError:
                     os.unlink(name, dir_fd=tmp)
@@ -919,12 +977,18 @@ class DiskCache:
             return
 
     def last_used(self, key: str) -> float:
+        """When the entry was last loaded: its stamp's modification time (the
+        metadata file's when there is no stamp; 0.0 when neither can be read)."""
         try:
             with self._dirs("entries", key[:2], key, trust=False) as (*_, efd):
-                try:
-                    return float(_read_at(efd, STAMP, MAX_FILE_BYTES[STAMP]))
-                except (OSError, ValueError):
-                    return os.stat(META, dir_fd=efd, follow_symlinks=False).st_mtime
+                for name in (STAMP, META):
+                    try:
+                        st = os.stat(name, dir_fd=efd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        return st.st_mtime
+                return 0.0
         except (OSError, CacheError):
             return 0.0
 
