@@ -144,12 +144,13 @@ import json, sys
 from importlib import resources
 from pathlib import Path
 import jitmeta
-from jitmeta.jit.render import render
+from jitmeta.jit.render import _package_dir, render
 from jitmeta.jit.compiler import CompileOptions, compile_cubin
 from jitmeta.jit.cubin_info import kernel_resources
 from jitmeta.kernels import source
 p = jitmeta.plan(100000, varlen=True, arch="sm_90")
 src = render(source(p.code))
+found = {"package_dir": _package_dir(), "imported": "jitmeta.templates" in sys.modules}
 cubin = compile_cubin(src, CompileOptions(arch="sm_90")).cubin
 print(json.dumps({
     "jitmeta": jitmeta.__file__,
@@ -160,6 +161,7 @@ print(json.dumps({
     "smem": kernel_resources(cubin, "jitmeta_emit")["static_smem_bytes"],
     "plan_smem": p.smem_static_bytes,
     "cwd": str(Path.cwd()),
+    **found,
 }))
 """
 
@@ -174,6 +176,9 @@ def test_installed_wheel_renders_and_compiles(installed, tmp_path):
         assert Path(got[key]).resolve().is_relative_to(installed.resolve()), (key, got)
         assert not Path(got[key]).resolve().is_relative_to(REPO), (key, got)
     assert not Path(got["cwd"]).resolve().is_relative_to(REPO)
+    # the templates are read from the wheel's directory, found without an import
+    assert Path(got["package_dir"]).resolve() == (installed / "jitmeta" / "templates").resolve()
+    assert got["imported"] is False
     assert got["variant"] == "chunked" and got["elf"] is True
     # varlen, 132 * 256 < 100000 <= 132 * 2048: chunk 2048 at 256 threads:
     # 2113 tile words * 4 + (8 + 2) summaries * 16 + 1024 reserved

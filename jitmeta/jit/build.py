@@ -9,6 +9,7 @@ say about the configuration comes from the caller (``hint``).
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..envs import Knobs
-from .cache import CacheError, DiskCache, cache_key, default_lock_dir
+from .cache import CacheError, DiskCache, cache_key
 from .compiler import (CompileOptions, NvrtcUnavailableError, compile_cubin,
                        cuda_bindings_version)
 from .cubin_info import kernel_resources
@@ -106,7 +107,7 @@ def cache_for_root(root=None, knobs: Knobs | None = None) -> DiskCache:
     settings = {"allow_shared": knobs.allow_shared_cache,
                 "lock_timeout": knobs.lock_timeout,
                 "max_bytes": knobs.cache_max_bytes,
-                "lock_dir": default_lock_dir(os.environ.get("XDG_RUNTIME_DIR"))}
+                "runtime_dir": os.environ.get("XDG_RUNTIME_DIR")}
     tag = (str(root), *sorted((k, str(v)) for k, v in settings.items()))
     with _lock:
         c = _caches.get(tag)
@@ -159,9 +160,17 @@ def bytecode_dir(disk: DiskCache | None) -> str | None:
 def key_for(source: KernelSource, knobs: Knobs, disk: DiskCache | None = None
             ) -> tuple[str, str, CompileOptions]:
     """(key, rendered CUDA, options) of ``source`` under ``knobs``."""
-    text = render(source, bytecode_dir(disk))
     options = options_for(source, knobs)
-    return cache_key(text, options.as_bytes(), source.arch, source.kernels), text, options
+    return (*_keyed(source, options, bytecode_dir(disk)), options)
+
+
+@functools.lru_cache(maxsize=512)
+def _keyed(source: KernelSource, options: CompileOptions, bytecode_dir: str | None
+           ) -> tuple[str, str]:
+    """(key, rendered CUDA): the rendering is memoized as well, so the key is hashed
+    once per source and options (a plan's first call asks for it twice)."""
+    text = render(source, bytecode_dir)
+    return cache_key(text, options.as_bytes(), source.arch, source.kernels), text
 
 
 def _record_miss(path: str | None, source: KernelSource, knobs: Knobs, key: str,

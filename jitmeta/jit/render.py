@@ -38,7 +38,13 @@ def _package_dir() -> str | None:
     """The directory of the templates package when it is one on disk (a wheel or an
     editable install), else None. Reading files there directly spares a fresh
     process's first render the import of ``importlib.resources``' readers (about a
-    millisecond of a cache hit's cost)."""
+    millisecond of a cache hit's cost); where an installed wheel puts the package
+    beside this one, its directory is found without importing it (a fifth of a
+    millisecond more)."""
+    beside = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          _PACKAGE.rpartition(".")[2])
+    if os.path.isfile(os.path.join(beside, "__init__.py")):
+        return beside
     paths = getattr(importlib.import_module(_PACKAGE), "__path__", ())
     return next((p for p in paths if os.path.isdir(p)), None)
 
