@@ -220,8 +220,9 @@ def region_performance(found: dict) -> str:
 
 # the steps of a first call in the metadata record (bench/benchmark_metadata.PART_NAMES)
 FIRST_CALL_PARTS = {"plan_and_cubin": "plan and cubin from disk",
-                    "module_load": "module load", "call": "the call with the module loaded",
-                    "second_call": "a second call"}
+                    "module_load": "module load", "prepare": "the call prepared",
+                    "call": "the public call until it returns",
+                    "sync": "the wait for its kernel", "second_call": "a second call"}
 
 
 def first_call_parts(parts: dict | None) -> str:

@@ -212,8 +212,9 @@ def test_first_call_sentence_gives_its_steps_only_when_all_were_recorded():
              enumerate(make_tables.FIRST_CALL_PARTS)}
     said = make_tables.first_call_parts(parts)
     assert said == (" Its steps in other fresh processes (median ms): plan and cubin from "
-                    "disk 1.00, module load 2.00, the call with the module loaded 3.00, "
-                    "a second call 4.00.")
+                    "disk 1.00, module load 2.00, the call prepared 3.00, the public call "
+                    "until it returns 4.00, the wait for its kernel 5.00, a second call "
+                    "6.00.")
     assert make_tables.first_call_parts(None) == ""
     parts["module_load"] = None  # every run compiled: no spread, so no sentence
     assert make_tables.first_call_parts(parts) == ""
