@@ -1,6 +1,11 @@
 """Where the host time of one eager call goes: cProfile over many calls, public API only.
 
     python bench/profile_call.py [--calls N] [--varlen] [--batch B] [--out-arg]
+    python bench/profile_call.py --first [--varlen] [--batch B]
+
+``--first`` profiles this process's first call instead (plan, cubin from the disk
+cache, module load, launch and the wait for it; cumulative time per function,
+milliseconds): run it once before, so that the disk cache holds the cubin.
 
 Prints the functions with the most own time per call (microseconds, profiler overhead
 included: compare versions with the same script, not with the loops of
@@ -28,6 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--out-arg", action="store_true", help="pass a preallocated out=")
     ap.add_argument("--top", type=int, default=18)
+    ap.add_argument("--first", action="store_true",
+                    help="profile the first call of this process (cumulative ms)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -37,6 +44,8 @@ def main(argv=None) -> int:
         if args.varlen else None
     out = torch.empty(133, 2, dtype=torch.int32, device="cuda") if args.out_arg else None
     get = jitmeta.get_paged_mqa_logits_metadata
+    if args.first:
+        return first_call(get, ctx, idx, out, args.top)
 
     def calls(n):
         for _ in range(n):
@@ -60,6 +69,26 @@ def main(argv=None) -> int:
         where = f"{file.rsplit('/', 2)[-2:] and '/'.join(file.rsplit('/', 2)[-2:])}:{line}"
         print(f"{tt * 1e6 / args.calls:8.3f} us own {ct * 1e6 / args.calls:8.3f} us cum "
               f"{nc / args.calls:5.1f}x  {name}  ({where})")
+    return 0
+
+
+def first_call(get, ctx, idx, out, top: int) -> int:
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    get(ctx, 64, 132, idx, out=out)
+    torch.cuda.synchronize()
+    prof.disable()
+    total = (time.perf_counter() - t0) * 1e3
+    compiles = jitmeta.stats()["compiles"]
+    print(f"jitmeta {jitmeta.__version__}: first call {total:.3f} ms with the profiler "
+          f"({compiles} compiles{': run again, the cache was cold' if compiles else ''})")
+    stats = pstats.Stats(prof)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])[:top]
+    for (file, line, name), (cc, nc, tt, ct, _) in rows:
+        where = "/".join(file.rsplit("/", 2)[-2:]) + f":{line}"
+        print(f"{ct * 1e3:8.3f} ms cum {tt * 1e3:8.3f} ms own {nc:4d}x  {name}  ({where})")
     return 0
 
 

@@ -2,7 +2,7 @@
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [host] [configs]
 #                               [hostcmp] [profile] [ncu] [phases] [flagab] [launchcost]
-#                               [cu12] [checks]
+#                               [cu12] [checks] [firstprof]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck; "checks" =
 # tests, memcheck and racecheck run side by side)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
@@ -130,6 +130,14 @@ for stage in $stages; do
           as_version $which timeout 120 python3 "$repo/bench/profile_call.py" $extra 2>&1 |
               tee -a "$OUT/profile-$which.log"
         done
+      done ;;
+    firstprof)
+      # cProfile of a fresh process's first call (batch 8192 varlen) with a warm disk
+      # cache: the first run fills the cache, the next two are profiled
+      for run in warm 1 2; do
+        echo "== first call profile $run"
+        timeout 120 python3 "$repo/bench/profile_call.py" --first --varlen --batch 8192 \
+            --top 40 2>&1 | tee -a "$OUT/firstprof.log" | { [ $run = warm ] && tail -1 || cat; }
       done ;;
     ncu)
       # Nsight Compute over bench/ncu_cases.py, this version and the one in .before/
