@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 
 from . import runtime
 
@@ -48,21 +47,32 @@ def _shrink(device: int, grid: int) -> int:
     return smaller
 
 
-@dataclass(frozen=True)
 class Launch:
-    """A loaded kernel and how to launch it.
+    """A loaded kernel and how to launch it (immutable).
 
     ``types`` are the kinds of the kernel's arguments (:data:`runtime.POINTER`,
-    :data:`runtime.UINT32`), in order.
+    :data:`runtime.UINT32`), in order. A plain class rather than a dataclass: defining
+    a dataclass runs generated code (about a millisecond), and a process imports this
+    module during its first call.
     """
 
-    device: int
-    function: object
-    grid: int
-    threads: int
-    smem: int
-    cooperative: bool
-    types: tuple
+    __slots__ = ("device", "function", "grid", "threads", "smem", "cooperative", "types")
+
+    def __init__(self, device: int, function: object, grid: int, threads: int, smem: int,
+                 cooperative: bool, types: tuple):
+        for name, value in zip(self.__slots__, (device, function, grid, threads, smem,
+                                                cooperative, types)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Launch is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"Launch is immutable: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"Launch({fields})"
 
     def __call__(self, args: tuple, stream: int, pdl: bool = False) -> None:
         """Launch on ``stream`` (raw handle); the device's context must be current."""
