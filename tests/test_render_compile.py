@@ -383,6 +383,24 @@ def test_no_compiled_templates_without_a_private_disk_cache(tmp_path):
     assert shared["source"] == off["source"]
 
 
+def test_no_compiled_templates_through_a_link_or_an_untrusted_directory(tmp_path):
+    base = tmp_path / "cache" / "v1"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    base.mkdir(parents=True, mode=0o700)
+    (base / "jinja").symlink_to(elsewhere)  # a link inside the cache is never followed
+    linked = _render_fresh(tmp_path)
+    assert linked["dir"] is None and list(elsewhere.iterdir()) == []
+    (base / "jinja").unlink()
+    (base / "jinja").mkdir(mode=0o700)
+    os.chmod(base, 0o777)  # a parent anyone may write: nothing below it is trusted
+    loose = _render_fresh(tmp_path)
+    assert loose["dir"] is None and list((base / "jinja").iterdir()) == []
+    os.chmod(base, 0o700)
+    assert _render_fresh(tmp_path)["dir"] == str(base / "jinja")
+    assert loose["source"] == linked["source"]
+
+
 def test_misspelled_variable_in_a_template_raises():
     env = render_mod._environment()
     with pytest.raises(jinja2.UndefinedError, match="capacty"):

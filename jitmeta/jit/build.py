@@ -13,7 +13,6 @@ import functools
 import json
 import logging
 import os
-import stat
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -140,20 +139,8 @@ def bytecode_dir(disk: DiskCache | None) -> str | None:
     k = (str(disk.root), disk.allow_shared)
     if k in _bytecode_dirs:
         return _bytecode_dirs[k]
-    from .cache import makedirs_private
-
-    path, found = disk.jinja_dir, None
-    try:
-        makedirs_private(path)
-        disk.check_trusted()
-        st = path.lstat()
-        mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-        if (mine and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                and os.access(path, os.W_OK | os.X_OK)):
-            found = str(path)
-    except (OSError, CacheError):
-        found = None
-    _bytecode_dirs[k] = found
+    path = disk.private_dir(disk.jinja_dir.name)
+    found = _bytecode_dirs[k] = str(path) if path is not None else None
     return found
 
 

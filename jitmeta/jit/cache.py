@@ -583,6 +583,25 @@ class DiskCache:
     def entry_dir(self, key: str) -> Path:
         return self.entries_dir / key[:2] / key
 
+    def private_dir(self, name: str) -> Path | None:
+        """``v1/<name>`` (made, 0700, with any missing parent) when what is found
+        there may be trusted like an entry: every directory from ``/`` to it passes
+        the trust checks (unless shared caches are allowed) and it is a directory of
+        this user that nobody else may write and this process may; else None."""
+        try:
+            with self._dirs(create=True) as (base,):
+                fd = self._open_sub(base, name, self.base / name, True, True)
+                try:
+                    st = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                ok = (st.st_uid == os.getuid()
+                      and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                      and os.access(name, os.W_OK | os.X_OK, dir_fd=base))
+        except (OSError, CacheError):
+            return None
+        return self.base / name if ok else None
+
     # --- warnings shown once per cache and kind --------------------------------------
     def warn_once(self, kind: str, message: str) -> None:
         with self._warn_lock:
