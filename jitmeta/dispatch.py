@@ -60,9 +60,9 @@ def build_plan(p: Plan, knobs: envs.Knobs | None = None, *, cache=None,
     disk = cache if cache is not None else jit_build.cache_for(knobs)
     root = disk.root if disk is not None else None
     return jit_build.build(fam.source(p.code), knobs, cache=disk, offline=offline,
-                           example=p.to_dict(),
-                           hint=fam.warm_command(p, knobs, cache_dir=root),
-                           what=describe_plan(p))
+                           example=p.to_dict,
+                           hint=lambda: fam.warm_command(p, knobs, cache_dir=root),
+                           what=lambda: describe_plan(p))
 
 
 # Loaded calls by (knobs, device, shape): ``prepare`` is idempotent per key. Bounded,

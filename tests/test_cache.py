@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from jitmeta import envs
+from jitmeta import envs, kernels
 from jitmeta.heuristics.arch import limits_for_arch
 from jitmeta.kernels import plan
 from jitmeta.jit import build as jit_build
@@ -338,6 +338,25 @@ def test_swapped_whole_entry_is_caught(populated_cache, golden_codes):
     problem = cache.check(key)[0]
     assert problem and "key" in problem
     assert cache.load(key) is None and cache.quarantined() == 1
+
+
+def test_a_hit_never_makes_the_miss_details(populated_cache, golden_codes):
+    """example/hint/what given as callables are called on a miss only."""
+    (code, _p), made = golden_codes[0], []
+
+    def detail(name):
+        return lambda: made.append(name) or name
+
+    src = kernels.source(code)
+    hit = jit_build.build(src, envs.snapshot(), example=detail("example"),
+                          hint=detail("hint"), what=detail("what"))
+    assert hit.source == "disk" and made == []
+    other = plan(4242, 1, True, 132, 256, "smxx", LIM).code  # not in the golden cache
+    with envs.override(JITMETA_OFFLINE="1"), pytest.raises(OfflineMissError) as exc:
+        jit_build.build(kernels.source(other), envs.snapshot(), example=detail("example"),
+                        hint=detail("hint"), what=detail("what"))
+    assert sorted(made) == ["example", "hint", "what"]
+    assert "no cubin for what" in str(exc.value) and "hint" in str(exc.value)
 
 
 # --- offline miss ----------------------------------------------------------------------

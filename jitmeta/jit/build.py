@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from ..envs import Knobs
 from .cache import CacheError, DiskCache, cache_key
@@ -225,8 +226,9 @@ def _apply_log_level(knobs: Knobs) -> None:
 
 
 def build(source: KernelSource, knobs: Knobs, *, cache: DiskCache | None = None,
-          offline: bool | None = None, example: dict | None = None,
-          hint: str | None = None, what: str | None = None) -> Built:
+          offline: bool | None = None, example: dict | Callable[[], dict] | None = None,
+          hint: str | Callable[[], str] | None = None,
+          what: str | Callable[[], str] | None = None) -> Built:
     """The cubin for ``source``: from memory, the disk cache, or a fresh NVRTC compile.
 
     Parameters
@@ -246,6 +248,9 @@ def build(source: KernelSource, knobs: Knobs, *, cache: DiskCache | None = None,
         quoted by the offline-miss error.
     what : str, optional
         The configuration in words, for that error (default: the source's name).
+
+    ``example``, ``hint`` and ``what`` may be zero-argument callables: only a miss
+    needs them, and a cache hit (a serving process's first call) then never makes them.
 
     Concurrent callers for one key compile it once: threads through a per-key lock,
     processes through the disk cache's per-key file lock (bounded wait, then compile
@@ -285,6 +290,7 @@ def _build_locked(source, knobs, key, text, options, disk, offline, example, hin
         if key in disk.problems:  # a bad entry was found and moved aside
             _count("quarantined")
     _count("misses")
+    example, hint, what = (v() if callable(v) else v for v in (example, hint, what))
     _record_miss(knobs.miss_manifest, source, knobs, key, example, offline)
     if offline:
         _count("offline_misses")
