@@ -95,7 +95,7 @@ def variants(cli_argv: list[str]):
     parser, then the planner call ``warm`` makes."""
     from jitmeta.cache_tools.cli import build_parser
     from jitmeta.heuristics.arch import limits_for_arch
-    from jitmeta.warm import plans_for
+    from jitmeta.warmup import plans_for
 
     args = build_parser().parse_args(cli_argv)
     if not args.arch:

@@ -82,7 +82,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _batches(text: str) -> list[tuple[int, int]]:
-    from jitmeta.warm import parse_batches
+    from jitmeta.warmup import parse_batches
 
     try:
         return parse_batches(text)
@@ -179,7 +179,7 @@ def _cache() -> DiskCache:
 
 def cmd_warm(args, out: Out) -> int:
     from jitmeta.jit import build as jit_build
-    from jitmeta.warm import WarmResult, warm, warm_manifest
+    from jitmeta.warmup import WarmResult, warm, warm_manifest
 
     if not args.arch and args.device is None and not args.manifest:
         raise UsageError("give --arch ARCH (repeatable) or --device N, or --manifest FILE")

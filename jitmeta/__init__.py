@@ -30,7 +30,7 @@ _LAZY = {
     "reference_schedule": ("jitmeta.api", "reference_schedule"),
     "InputValueError": ("jitmeta.validate", "InputValueError"),
     "CaptureCompileError": ("jitmeta.jit.runtime", "CaptureCompileError"),
-    "warm": ("jitmeta.warm", "warm"),
+    "warm": ("jitmeta.warmup", "warm"),
     "envs": ("jitmeta.envs", None),
     "ops": ("jitmeta.ops", None),
     "stats": ("jitmeta.jit.build", "stats"),
@@ -43,7 +43,7 @@ _LAZY = {
     "limits_for_arch": ("jitmeta.heuristics.arch", "limits_for_arch"),
     "SCHEDULES": ("jitmeta.kernels", "SCHEDULES"),
 }
-_TORCH_FACING = ("jitmeta.api", "jitmeta.ops", "jitmeta.warm", "jitmeta.validate",
+_TORCH_FACING = ("jitmeta.api", "jitmeta.ops", "jitmeta.warmup", "jitmeta.validate",
                  "jitmeta.jit.runtime", "jitmeta.jit.build")
 
 
@@ -78,4 +78,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .jit.runtime import CaptureCompileError
     from .kernels import SCHEDULES
     from .validate import InputValueError
-    from .warm import warm
+    from .warmup import warm

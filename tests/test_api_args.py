@@ -10,6 +10,9 @@ integers are integers. CPU only: results are checked against ``tests/spec_oracle
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -101,6 +104,17 @@ def test_device_on_cpu_only_torch_says_a_gpu_is_needed():
 
 
 # --- jitmeta.warm ---------------------------------------------------------------------------
+
+def test_warm_stays_the_function_whatever_was_imported_first():
+    """Importing the module behind ``jitmeta.warm`` (for WarmResult, say) must not
+    replace the public function by a module (a fresh interpreter: nothing imported)."""
+    script = ("import jitmeta.warmup\nfrom jitmeta.warmup import WarmResult\n"
+              "import jitmeta\nassert callable(jitmeta.warm), jitmeta.warm\n"
+              "assert jitmeta.warm is jitmeta.warmup.warm\nprint('ok')\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
 
 @pytest.mark.parametrize("kwargs,exc,name", [
     (dict(varlen=("yes",)), TypeError, "varlen"),

@@ -123,7 +123,7 @@ _WORKER = """
 import json, os, random, sys, time
 go, ready, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 import jitmeta
-from jitmeta.warm import warm
+from jitmeta.warmup import warm
 open(ready, "w").close()
 deadline = time.time() + 120
 while not os.path.exists(go):
@@ -178,7 +178,7 @@ def test_eight_processes_warm_the_same_keys_at_once(tmp_path, rng):
 _VICTIM = """
 import sys
 import jitmeta
-from jitmeta.warm import warm
+from jitmeta.warmup import warm
 print("ready", flush=True)
 warm("sm_90", num_sms=132, batches=sys.argv[1], schedules=("smxx",), jobs=2)
 print("done", flush=True)
@@ -212,7 +212,7 @@ def test_sigkill_never_leaves_a_partial_entry_and_next_run_repairs(tmp_path, rng
         jit_build.reset_stats(clear_memory=True)
         t0 = time.perf_counter()
         with envs.override(JITMETA_CACHE_DIR=str(root)):
-            from jitmeta.warm import warm
+            from jitmeta.warmup import warm
 
             result = warm("sm_90", num_sms=132, batches=SMALL_BATCHES, schedules=("smxx",),
                           jobs=2)

@@ -388,7 +388,7 @@ def _run_python(code: str, env_updates: dict, cwd: Path) -> subprocess.Completed
 
 def test_import_succeeds_with_every_knob_malformed(tmp_path):
     code = (
-        "import jitmeta, jitmeta.api, jitmeta.warm, jitmeta.jit.build, jitmeta.jit.cache\n"
+        "import jitmeta, jitmeta.api, jitmeta.warmup, jitmeta.jit.build, jitmeta.jit.cache\n"
         "import jitmeta.jit.runtime, jitmeta.jit.render, jitmeta.jit.compiler\n"
         "import jitmeta.kernels, jitmeta.dispatch, jitmeta.validate, jitmeta.ops\n"
         "from jitmeta import envs\n"
@@ -420,7 +420,7 @@ root_handlers = list(logging.getLogger().handlers)
 # jitmeta must not add is measured against this baseline.
 import torch, jinja2, filelock, platformdirs
 before = set(sys.modules)
-import jitmeta, jitmeta.api, jitmeta.warm, jitmeta.jit.build, jitmeta.jit.cache
+import jitmeta, jitmeta.api, jitmeta.warmup, jitmeta.jit.build, jitmeta.jit.cache
 import jitmeta.jit.runtime, jitmeta.jit.compiler, jitmeta.jit.render, jitmeta.dispatch
 maps = ""
 try:

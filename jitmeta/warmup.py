@@ -1,7 +1,9 @@
 """Ahead-of-time compilation: map deployment shapes to the few cubins serving them.
 
 ``jitmeta-cache warm`` is a thin wrapper over :func:`warm`; engines may call it at
-start-up (before CUDA-graph capture) too.
+start-up (before CUDA-graph capture) too, as ``jitmeta.warm``. (The module is not named
+``warm``: importing a submodule sets the package attribute of its name, so
+``import jitmeta.warm`` would have replaced the function ``jitmeta.warm`` by a module.)
 """
 
 from __future__ import annotations
