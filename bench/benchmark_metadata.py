@@ -245,11 +245,16 @@ _PARTS = ("from jitmeta import dispatch, envs, kernels; from jitmeta.jit import 
 PART_NAMES = ("plan_and_cubin", "module_load", "prepare", "call", "sync", "second_call")
 
 
-def _fresh_runs(snippet: str, names: tuple[str, ...], what: str) -> list[dict]:
-    """``snippet`` (after :data:`_COLD_SETUP`) in 3 fresh processes: each run's printed
-    milliseconds under ``names``, and ``compiles``."""
+# fresh processes for the first call and for its steps: a fresh process's time moves by
+# a millisecond or more from one to the next
+FIRST_CALL_RUNS, PART_RUNS = 9, 5
+
+
+def _fresh_runs(snippet: str, names: tuple[str, ...], what: str, n: int) -> list[dict]:
+    """``snippet`` (after :data:`_COLD_SETUP`) in ``n`` fresh processes: each run's
+    printed milliseconds under ``names``, and ``compiles``."""
     runs = []
-    for _ in range(3):
+    for _ in range(n):
         res = subprocess.run([sys.executable, "-c", _COLD_SETUP + snippet],
                              capture_output=True, text=True, env=os.environ.copy(),
                              timeout=120)
@@ -263,12 +268,12 @@ def _fresh_runs(snippet: str, names: tuple[str, ...], what: str) -> list[dict]:
 
 def cold_first_call(dry_run: bool) -> dict | None:
     """First call of a fresh process whose disk cache holds the cubin (batch 8192
-    varlen, "smxx"), and its steps: 3 processes each; a run that compiled is reported,
-    not counted."""
+    varlen, "smxx"), and its steps, each in its own fresh processes; a run that
+    compiled is reported, not counted."""
     if dry_run:
         return None
-    runs = _fresh_runs(_FIRST, ("ms",), "first-call")
-    parts = _fresh_runs(_PARTS, PART_NAMES, "first-call parts")
+    runs = _fresh_runs(_FIRST, ("ms",), "first-call", FIRST_CALL_RUNS)
+    parts = _fresh_runs(_PARTS, PART_NAMES, "first-call parts", PART_RUNS)
     kept = [r for r in parts if r["compiles"] == 0]
     return {"case": "batch 8192 varlen runs=2, smxx, fresh process, warm disk cache",
             "runs": runs,
