@@ -492,6 +492,8 @@ MUTANTS = [
      ("static", "dynamic", "chunked"), ("varlen",)),
     ("atoms rounded down", [(r"\(next_n \+ 1\) / 2", "next_n / 2")],
      ("static", "chunked"), ("dense",)),
+    # (caught on every run: a block that does not wait reads every lower block's slot
+    # unpublished, see test_reads_that_do_not_wait_are_deterministic)
     ("blocks do not wait for each other", [(r"if \(ready\) return v;", "return v;")],
      ("chunked",), ("dense", "varlen")),
 
@@ -790,6 +792,46 @@ def test_shim_follows_cuda_semantics():
         assert got[10 * t:10 * t + 10] == want, f"thread {t}: {got[10 * t:10 * t + 10]}"
     # a __shared__ variable nobody wrote holds the garbage of that launch's seed
     assert outs[0][5 * T, 0] != outs[1][5 * T, 0]
+
+
+# Block b publishes a word; threads t < grid read block t's word, waiting for it or not.
+CROSS_BLOCK_READS = r"""
+typedef unsigned u32;
+extern "C" __global__ void jitmeta_emit(const int* ctx, const int* idx, u32 batch, u32 next_n,
+                                        u32 num_sms, u32 wide_last, int* out, u32* ws) {
+    volatile u32* word = ws + 4;  // one per block, zero before the launch
+    const u32 b = blockIdx.x, t = threadIdx.x, grid = gridDim.x;
+    if (t == 0) word[b] = b + 1u;
+    if (t < grid) {
+        u32 v = word[t];
+        while (WAIT && v == 0u) {
+            __nanosleep(32);
+            v = word[t];
+        }
+        out[b * grid + t] = (int)v;
+    }
+}
+"""
+
+
+def test_reads_that_do_not_wait_are_deterministic():
+    """A read that does not wait for another block's (or thread's) write gets the same
+    answer on every run, whatever the load: the blocks of a cooperative launch start one
+    at a time from the highest, and a block's threads set out in index order
+    (harness.cpp, "determinism"). Block b reads the higher blocks' words and its own
+    (its thread 0 wrote it before thread b set out) and never a lower block's, so a
+    kernel that does not wait is caught on every run. Waiting (polling with __nanosleep)
+    lets the next block start: every block then reads every word."""
+    grid = 8
+    p = dataclasses.replace(plan_case("chunked", 32 * grid, 1, False, 40, "smxx", 64, 32),
+                            grid=grid)
+    ctx = torch.zeros(32 * grid, 1, dtype=torch.int32)
+    for wait in (0, 1):
+        source = f"#define WAIT {wait}\n" + CROSS_BLOCK_READS
+        outs = emulate_cases([Case(p, ctx, None, 40, seed=s, source=source) for s in (1, 2)])
+        want = [t + 1 if wait or t >= b else 0 for b in range(grid) for t in range(grid)]
+        for out in outs:
+            assert out.flatten()[:grid * grid].tolist() == want, f"wait={wait}"
 
 
 FAULTS = {

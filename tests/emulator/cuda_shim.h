@@ -2,7 +2,8 @@
 //
 // The emulator (tests/emulator/core.py) compiles a *rendered* kernel source as
 // ordinary C++20 after this header, links it with harness.cpp, and runs every block's
-// threads as real OS threads (one block after another). What a GPU provides becomes:
+// threads as real OS threads (one block after another; the blocks of a cooperative
+// launch as processes that run at once). What a GPU provides becomes:
 //
 //   threadIdx, blockIdx           per-thread (__thread) uint3, set by the launcher
 //   blockDim, gridDim             per-thread dim3 (the same in every thread)
@@ -17,6 +18,11 @@
 //                                 from the kernel stops counting, as on hardware)
 //   __shfl*_sync, __ballot_sync   a per-warp exchange: write own slot, warp barrier,
 //                                 read the source lane's slot (double-buffered slots)
+//   __nanosleep()                 a poll: yields the CPU. Barriers, warp operations and
+//                                 polls are the wait points at which threads and
+//                                 blocks set out in a fixed order, so that a read that
+//                                 does not wait for its data gives the same answer on
+//                                 every run (harness.cpp, "determinism")
 //
 // Only control flow that is uniform around barriers and full-warp shuffles is
 // supported (a partial shuffle mask aborts with a message). A barrier that never
@@ -34,7 +40,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <sched.h>
 #include <type_traits>
 #include <utility>
 
@@ -126,6 +131,8 @@ void syncwarp(unsigned mask);
 // and *participants how many took part.
 int syncthreads(int pred, int* participants);
 unsigned lane_id();
+// __nanosleep: the thread polls for what another thread or block writes.
+void poll_sleep();
 [[noreturn]] void fatal(const char* what);
 }  // namespace jitmeta_emu
 
@@ -140,8 +147,10 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) { jitmeta_emu::syncwarp(mask
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-// Polling loops sleep: let the threads (and forked blocks) they wait for run.
-inline void __nanosleep(unsigned) { sched_yield(); }
+// Polling loops sleep: let the threads (and forked blocks) they wait for run. A poll is
+// also how a block shows that it waits for another, which lets the next block of a
+// cooperative launch start (harness.cpp, "determinism").
+inline void __nanosleep(unsigned) { jitmeta_emu::poll_sleep(); }
 inline void __trap() { jitmeta_emu::fatal("__trap()"); }
 
 // --- warp shuffles and votes ---------------------------------------------------------

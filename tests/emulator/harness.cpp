@@ -27,8 +27,10 @@
 // starts as garbage, the workspace zeroed (as runtime.allocate leaves it), and the bytes
 // around them are checked for stray writes. Exact sizes: the workspace has exactly
 // ws_words words (the library's may be larger). Buffers are shared mappings: the
-// blocks of a cooperative launch run at once, one forked process per block (each with
-// its own shared memory), and see each other's global writes.
+// blocks of a cooperative launch run as one forked process per block (each with its
+// own shared memory) and see each other's global writes. Threads and blocks set out
+// in a fixed order (see "determinism" below), so that a read which does not wait for
+// its data gives the same answer on every run.
 
 #include "cuda_shim.h"
 
@@ -113,10 +115,163 @@ template <class What> void futex_wait(std::atomic<u32>* word, u32 seen, double* 
     }
 }
 
+// --- determinism: threads and blocks set out in order ------------------------------------
+// Threads (and the blocks of a cooperative launch) that simply all run at once make a
+// read that does not wait for the write it needs -- a missing barrier or a missing
+// wait, i.e. a bug -- see that write or not as the OS happens to schedule them, so the
+// emulator would catch such a bug on some runs only. Instead they set out in a fixed
+// order, and such a read gives the same answer on every run, under any load:
+//
+// * Threads. When a block starts and whenever a barrier completes, its threads set out
+//   one at a time, in index order: thread t runs on (the higher threads wait) until its
+//   first wait point -- a barrier, a warp operation, __nanosleep or its return -- and
+//   only then does the next thread that has not returned set out. Past their first wait
+//   point the threads run at once. So a thread that reads before its first wait point
+//   finds what lower threads wrote before theirs, and nothing of the higher threads'.
+// * Blocks of a cooperative launch (one process each) start one at a time, from the
+//   highest: block b - 1 starts once every thread of block b has set out and block b
+//   polls for another block (__nanosleep), or once block b has returned. So a block
+//   that reads a lower block's data without waiting for it finds what was there before
+//   the launch: the chunked kernel's exchange with its wait taken out reads every lower
+//   slot unpublished. A block that waits polls, which lets the next block start; from
+//   then on the blocks run at once and waiting code computes what it always did. (Block
+//   0 comes last: it ends the chunked kernel's exchange, advancing the epoch that every
+//   thread reads as it sets out.)
+//
+// A kernel that waits for another thread or block by spinning without any of these
+// wait points cannot be emulated (reported as a deadlock, or by the kernel's __trap).
+// Not in TSan builds: each hand-over would be a happens-before edge that hides the very
+// races TSan is there to report (it finds them whatever the interleaving).
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kOrdered = false;
+#else
+constexpr bool kOrdered = true;
+#endif
+constexpr unsigned kMaxThreads = 1024;
+
+// The start gate: gate[b] (one word per block, in a shared mapping made before the
+// fork) turns non-zero when block b may start (the highest block's from the start).
+// This process runs block g_gate_block and lets block g_gate_block - 1 start once both
+// flags below are set, or once it has returned.
+std::atomic<u32>* g_gate = nullptr;  // set in the block processes of a cooperative launch
+unsigned g_gate_block = 0;
+std::atomic<bool> g_gate_set_out{!kOrdered};  // every thread of the block has set out
+std::atomic<bool> g_gate_polled{false};       // a thread polled for another block
+std::atomic<bool> g_gate_opened{false};
+
+// Lets block g_gate_block - 1 start (once; a no-op outside a cooperative launch).
+void gate_open() {
+    if (!g_gate || g_gate_block == 0 || g_gate_opened.exchange(true)) return;
+    std::atomic<u32>& w = g_gate[g_gate_block - 1];
+    w.store(1, std::memory_order_release);
+    // (not FUTEX_*_PRIVATE: the word is shared between processes)
+    syscall(SYS_futex, reinterpret_cast<u32*>(&w), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+}
+
+// Sets one of the two flags; opens the gate once both are set. (Sequentially consistent:
+// of two threads that set one each, at least one sees both.)
+void gate_note(std::atomic<bool>& flag) {
+    if (flag.load()) return;
+    flag.store(true);
+    if (g_gate_set_out.load() && g_gate_polled.load()) gate_open();
+}
+
+// Waits until block b may start.
+void gate_wait(unsigned b) {
+    std::atomic<u32>& w = g_gate[b];
+    double waited = 0;
+    while (w.load(std::memory_order_acquire) == 0) {
+        timespec ts{1, 0};
+        if (syscall(SYS_futex, reinterpret_cast<u32*>(&w), FUTEX_WAIT, 0u, &ts, nullptr, 0) ==
+                -1 &&
+            errno == ETIMEDOUT && (waited += 1.0) >= g_timeout_s)
+            die("deadlock: waited " + std::to_string((int)waited) + " s for block " +
+                std::to_string(b) + " of " + g_kernel + " to start in case " +
+                std::to_string(g_case) + ": block " + std::to_string(b + 1) +
+                " neither returned nor had every thread set out and one poll for another "
+                "block with __nanosleep (the emulator's start gate)");
+    }
+}
+
+// The threads of a block set out in order (above): thread t waits in take() for its
+// turn, and pass() at its first wait point hands the turn on.
+class Order {
+  public:
+    void reset(unsigned threads) {
+        n_ = threads;
+        first_round_ = true;
+        for (unsigned t = 0; t < threads; ++t) {
+            go_[t].store(0, std::memory_order_relaxed);
+            gone_[t].store(false, std::memory_order_relaxed);
+            turn_[t] = false;
+        }
+    }
+
+    // Run by the thread that completes a barrier, before the others leave it (they have
+    // all passed their turns): the first thread that has not returned sets out.
+    void restart() {
+        if (kOrdered) send(0);
+    }
+
+    // The word thread t's turn is signalled on (null: no order).
+    std::atomic<u32>* turn_word(unsigned t) { return kOrdered ? &go_[t] : nullptr; }
+
+    // Thread t, leaving a barrier: waits for its turn to set out.
+    void take(unsigned t) {
+        if (!kOrdered) return;
+        double waited = 0;
+        while (go_[t].load(std::memory_order_acquire) == 0)
+            futex_wait(&go_[t], 0, &waited, [&] {
+                return std::string("for its turn to set out after a barrier (a lower "
+                                   "thread must first reach a barrier, a warp operation, "
+                                   "__nanosleep or its return)");
+            });
+        go_[t].store(0, std::memory_order_relaxed);
+        turn_[t] = true;
+    }
+
+    // Thread t reached a wait point: if it was setting out, the next thread may.
+    void pass(unsigned t) {
+        if (!kOrdered || !turn_[t]) return;
+        turn_[t] = false;
+        send(t + 1);
+    }
+
+    // Thread t returned from the kernel.
+    void leave(unsigned t) {
+        gone_[t].store(true, std::memory_order_relaxed);
+        pass(t);
+    }
+
+  private:
+    // Lets the first thread from `t` on that has not returned set out. (The threads it
+    // skips returned before this round began; none above it has set out yet.) Past the
+    // last one, the round is over: after the first, every thread has set out.
+    void send(unsigned t) {
+        while (t < n_ && gone_[t].load(std::memory_order_relaxed)) ++t;
+        if (t >= n_) {
+            if (first_round_) gate_note(g_gate_set_out);
+            first_round_ = false;
+            return;
+        }
+        go_[t].store(1, std::memory_order_release);
+        futex_wake_all(&go_[t]);
+    }
+
+    unsigned n_ = 0;
+    bool first_round_ = true;               // since the block started (one thread at a time)
+    std::atomic<u32> go_[kMaxThreads];      // 1: that thread may set out
+    std::atomic<bool> gone_[kMaxThreads];   // returned from the kernel (this block)
+    bool turn_[kMaxThreads];                // set out, first wait point not reached yet
+};
+
 // --- the block barrier: futex, drop-out, a block-wide count, a completion step ---------
+// Arriving is a wait point of the thread order (`order`), and the threads leave the
+// barrier in order.
 class Barrier {
   public:
-    void reset(u32 expected, const char* what) {
+    void reset(u32 expected, const char* what, Order* order) {
+        order_ = order;
         gen_.store(0, std::memory_order_relaxed);
         arrived_.store(0, std::memory_order_relaxed);
         expected_.store(expected, std::memory_order_relaxed);
@@ -125,10 +280,11 @@ class Barrier {
         what_ = what;
     }
 
-    // Waits for every participating thread; returns how many passed a non-zero `pred`.
-    // The last thread to arrive runs `done(ctx)` before it releases the others.
-    int arrive_and_wait(int pred, int* participants, void (*done)(void*) = nullptr,
-                        void* ctx = nullptr) {
+    // Thread t waits for every participating thread; returns how many passed a non-zero
+    // `pred`. The last thread to arrive runs `done(ctx)` before it releases the others.
+    int arrive_and_wait(unsigned t, int pred, int* participants,
+                        void (*done)(void*) = nullptr, void* ctx = nullptr) {
+        order_->pass(t);
         const u32 g = gen_.load(std::memory_order_acquire);
         if (pred) count_.fetch_add(1, std::memory_order_relaxed);
         const u32 n = arrived_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -138,21 +294,31 @@ class Barrier {
         } else {
             double waited = 0;
             (done ? g_sleeps_pool : g_sleeps_block).fetch_add(1, std::memory_order_relaxed);
-            while (gen_.load(std::memory_order_acquire) == g)
-                futex_wait(&gen_, g, &waited, [&] {
-                    return std::string("at ") + what_ + " (" +
-                           std::to_string(arrived_.load()) + " of " +
-                           std::to_string(expected_.load()) +
-                           " threads arrived; every thread of the block must reach it)";
-                });
+            auto what = [&] {
+                return std::string("at ") + what_ + " (" + std::to_string(arrived_.load()) +
+                       " of " + std::to_string(expected_.load()) +
+                       " threads arrived; every thread of the block must reach it)";
+            };
+            // In order, a thread sleeps until its turn rather than until the barrier
+            // completes: the completion wakes one thread, and each the next. (Its turn
+            // is signalled just before the completion is: then it waits on gen_.)
+            std::atomic<u32>* turn = order_->turn_word(t);
+            while (gen_.load(std::memory_order_acquire) == g) {
+                if (turn && turn->load(std::memory_order_acquire) == 0)
+                    futex_wait(turn, 0, &waited, what);
+                else
+                    futex_wait(&gen_, g, &waited, what);
+            }
         }
+        order_->take(t);
         if (participants) *participants = (int)result_n_[g & 1];
         return result_[g & 1];
     }
 
-    // This thread leaves (returned from the kernel): it counts as arrived now and is no
+    // Thread t leaves (returned from the kernel): it counts as arrived now and is no
     // longer waited for (what hardware does for exited threads).
-    void arrive_and_drop() {
+    void arrive_and_drop(unsigned t) {
+        order_->leave(t);  // before the barrier can complete without it
         const u32 g = gen_.load(std::memory_order_acquire);
         drops_.fetch_add(1, std::memory_order_relaxed);
         const u32 n = arrived_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -167,6 +333,7 @@ class Barrier {
         result_n_[g & 1] = expected - drops;
         expected_.store(expected - drops, std::memory_order_relaxed);
         arrived_.store(0, std::memory_order_relaxed);
+        order_->restart();
         gen_.store(g + 1, std::memory_order_release);
         futex_wake_all(&gen_);
     }
@@ -179,6 +346,7 @@ class Barrier {
     int result_[2] = {0, 0};
     u32 result_n_[2] = {0, 0};
     const char* what_ = "";
+    Order* order_ = nullptr;
 };
 
 // --- a warp: point-to-point exchange through a ring of value slots ---------------------
@@ -236,12 +404,14 @@ struct ThreadState {
     u32 ring_free = 0;    // every lane has published at least this many
     Warp* warp = nullptr;
     Barrier* block = nullptr;
+    Order* order = nullptr;
 };
 
 __thread ThreadState* t_state = nullptr;
 
 // Starts warp operation ops + 1 of this lane: returns its ring row, value stored.
 u64* warp_begin(ThreadState& st, u64 bits, const char* what) {
+    st.order->pass(st.linear);  // a wait point
     Warp& w = *st.warp;
     const u32 k = ++st.ops;
     if (k > kRing && st.ring_free < k - kRing + 1) {
@@ -301,6 +471,7 @@ struct Launch {
     unsigned next_block = 0;  // the block prepare_block sets up
     Barrier pool;             // between blocks
     Barrier block;            // __syncthreads
+    Order order;              // the threads set out in order (at both barriers)
     std::vector<Warp>* warps = nullptr;
 };
 
@@ -309,7 +480,8 @@ struct Launch {
 void prepare_block(void* p) {
     Launch& L = *static_cast<Launch*>(p);
     const unsigned b = L.next_block++;
-    L.block.reset(L.threads, "__syncthreads");
+    L.block.reset(L.threads, "__syncthreads", &L.order);
+    L.order.reset(L.threads);
     for (std::size_t w = 0; w < L.warps->size(); ++w) {
         Warp& wp = (*L.warps)[w];
         wp.reset((int)std::min<std::size_t>(32, L.threads - w * 32));
@@ -334,17 +506,18 @@ void* worker_main(void* p) {
     st.lane = w->linear % 32;
     st.warp = &(*L.warps)[w->linear / 32];
     st.block = &L.block;
+    st.order = &L.order;
     t_state = &st;
     threadIdx = uint3{w->linear, 0, 0};
     blockDim = dim3(L.threads, 1, 1);
     gridDim = dim3(L.grid, 1, 1);
     for (unsigned b = L.first_block; b < L.end_block; ++b) {
-        L.pool.arrive_and_wait(0, nullptr, prepare_block, &L);
+        L.pool.arrive_and_wait(st.linear, 0, nullptr, prepare_block, &L);
         blockIdx = uint3{b, 0, 0};
         st.ops = 0;
         st.ring_free = 0;
         L.kernel->invoke(L.args);
-        L.block.arrive_and_drop();
+        L.block.arrive_and_drop(st.linear);
         warp_exit(st);
     }
     t_state = nullptr;
@@ -354,30 +527,59 @@ void* worker_main(void* p) {
 void run_blocks(const KernelEntry& k, unsigned grid, unsigned first, unsigned end,
                 unsigned threads, std::size_t dyn, const Arg* args, u64 seed);
 
-// A cooperative launch: every block at once, one forked process per block (CUDA
-// guarantees co-residency, and blocks may wait for each other). A block that fails
-// has printed why; the launch then fails with its status.
+// A cooperative launch: one forked process per block (its own shared memory), over the
+// shared mappings of the buffers; CUDA guarantees co-residency, and blocks may wait for
+// each other. They start one at a time through the start gate (see "determinism"). A
+// block that fails has printed why; the others are then killed (some may wait at the
+// gate for it) and the launch fails with the first failed block's status.
 void run_cooperative(const KernelEntry& k, unsigned grid, unsigned threads, std::size_t dyn,
                      const Arg* args, u64 seed) {
     std::fflush(nullptr);
+    const std::size_t gate_bytes = grid * sizeof(std::atomic<u32>);
+    void* gm = mmap(nullptr, gate_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                    -1, 0);
+    if (gm == MAP_FAILED) die(std::string("mmap failed for the start gate of ") + k.name);
+    std::atomic<u32>* gate = static_cast<std::atomic<u32>*>(gm);  // zero: all closed
+    gate[grid - 1].store(1, std::memory_order_relaxed);
     std::vector<pid_t> kids;
     for (unsigned b = 0; b < grid; ++b) {
         const pid_t pid = fork();
         if (pid < 0) die("fork failed for block " + std::to_string(b) + " of " + k.name);
         if (pid == 0) {
+            g_gate = gate;
+            g_gate_block = b;
+            g_gate_set_out = !kOrdered;  // (the parent's launches may have set them)
+            g_gate_polled = false;
+            g_gate_opened = false;
+            g_kernel = k.name;
+            gate_wait(b);
             run_blocks(k, grid, b, b + 1, threads, dyn, args, seed);
+            gate_open();  // returned
             std::fflush(nullptr);
             _exit(0);
         }
         kids.push_back(pid);
     }
     int failed = 0;
-    for (pid_t pid : kids) {
+    for (std::size_t left = kids.size(); left;) {
         int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-        if (!failed && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        const pid_t pid = waitpid(-1, &status, 0);  // the harness has no other children
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            die(std::string("waitpid failed in cooperative launch ") + k.name);
+        }
+        bool ours = false;
+        for (pid_t& kid : kids)
+            if (kid == pid) kid = 0, ours = true;
+        if (!ours) continue;
+        --left;
+        if (!failed && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
             failed = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            for (pid_t kid : kids)
+                if (kid > 0) kill(kid, SIGKILL);
+        }
     }
+    munmap(gm, gate_bytes);
     if (failed) {
         std::fprintf(stderr, "jitmeta-emu: a block of cooperative launch %s failed "
                      "(status %d) in case %ld\n", k.name, failed, (long)g_case);
@@ -411,7 +613,8 @@ void run_blocks(const KernelEntry& k, unsigned grid, unsigned first, unsigned en
     L.args = args;
     L.seed = seed;
     L.warps = &warps;
-    L.pool.reset(threads, "the emulator's between-blocks barrier");
+    L.order.reset(threads);
+    L.pool.reset(threads, "the emulator's between-blocks barrier", &L.order);
 #ifdef JITMETA_EMU_ASAN
     ASAN_POISON_MEMORY_REGION(jitmeta_emu_dynamic_smem + dyn, kDynamicSmemMax - dyn);
 #endif
@@ -631,6 +834,17 @@ int run_cases(const char* in_path, const char* out_path) {
 
 unsigned lane_id() { return t_state ? t_state->lane : 0u; }
 
+void poll_sleep() {
+    if (t_state) t_state->order->pass(t_state->linear);  // a wait point
+    if (g_gate) {
+        gate_note(g_gate_polled);  // this block waits for another
+        // Until every block has started, which polling cannot hasten, a poll sleeps
+        // instead of spinning: the blocks still to start get the CPU.
+        gate_wait(0);
+    }
+    sched_yield();
+}
+
 static ThreadState& state() {
     if (!t_state) die("a CUDA built-in was called outside a kernel");
     return *t_state;
@@ -688,7 +902,8 @@ void syncwarp(unsigned mask) {
 }
 
 int syncthreads(int pred, int* participants) {
-    return state().block->arrive_and_wait(pred, participants);
+    ThreadState& st = state();
+    return st.block->arrive_and_wait(st.linear, pred, participants);
 }
 
 }  // namespace jitmeta_emu
