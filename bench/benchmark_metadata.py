@@ -239,7 +239,7 @@ _PARTS = ("from jitmeta import dispatch, envs, kernels; from jitmeta.jit import 
           "dispatch.prepare(0, 8192, 1, True, 132, 256, 'smxx', k); t3 = T(); "
           "jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i); t4 = T(); "
           "torch.cuda.synchronize(); t5 = T(); " + _CALL + "t6 = T(); "
-          "print(*(round((b - a) * 1e3, 3) for a, b in "
+          "print(*(round((end - start) * 1e3, 3) for start, end in "
           "zip((t0, t1, t2, t3, t4, t5), (t1, t2, t3, t4, t5, t6))), "
           "jitmeta.stats()['compiles'])")
 PART_NAMES = ("plan_and_cubin", "module_load", "prepare", "call", "sync", "second_call")

@@ -63,13 +63,19 @@ def main(argv=None) -> int:
     prof.disable()
     torch.cuda.synchronize()
     print(f"jitmeta {jitmeta.__version__}: {plain:.2f} us per call without the profiler")
-    stats = pstats.Stats(prof)
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:args.top]
-    for (file, line, name), (cc, nc, tt, ct, _) in rows:
-        where = f"{file.rsplit('/', 2)[-2:] and '/'.join(file.rsplit('/', 2)[-2:])}:{line}"
+    for where, name, nc, tt, ct in top_rows(prof, "own", args.top):
         print(f"{tt * 1e6 / args.calls:8.3f} us own {ct * 1e6 / args.calls:8.3f} us cum "
               f"{nc / args.calls:5.1f}x  {name}  ({where})")
     return 0
+
+
+def top_rows(prof: cProfile.Profile, by: str, top: int):
+    """The ``top`` functions of a profile by "own" or "cum" (cumulative) time: (where,
+    name, calls, own seconds, cumulative seconds)."""
+    column = {"own": 2, "cum": 3}[by]
+    rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][column])
+    for (file, line, name), (_cc, nc, tt, ct, _) in rows[:top]:
+        yield "/".join(file.rsplit("/", 2)[-2:]) + f":{line}", name, nc, tt, ct
 
 
 def first_call(get, ctx, idx, out, top: int) -> int:
@@ -84,10 +90,7 @@ def first_call(get, ctx, idx, out, top: int) -> int:
     compiles = jitmeta.stats()["compiles"]
     print(f"jitmeta {jitmeta.__version__}: first call {total:.3f} ms with the profiler "
           f"({compiles} compiles{': run again, the cache was cold' if compiles else ''})")
-    stats = pstats.Stats(prof)
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])[:top]
-    for (file, line, name), (cc, nc, tt, ct, _) in rows:
-        where = "/".join(file.rsplit("/", 2)[-2:]) + f":{line}"
+    for where, name, nc, tt, ct in top_rows(prof, "cum", top):
         print(f"{ct * 1e3:8.3f} ms cum {tt * 1e3:8.3f} ms own {nc:4d}x  {name}  ({where})")
     return 0
 

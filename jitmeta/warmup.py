@@ -157,7 +157,7 @@ def _build_all(todo: list, jobs: int, cache, knobs: envs.Knobs, progress, after=
         code, p = item
         fam = kernels.family(code.schedule)
         built = jit_build.build(fam.source(code), knobs, cache=cache,
-                                example=p.to_dict() if p is not None else None)
+                                example=p.to_dict if p is not None else None)
         if after is not None and p is not None:
             after(code, p)
         return built

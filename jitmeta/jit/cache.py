@@ -583,6 +583,13 @@ class DiskCache:
     def entry_dir(self, key: str) -> Path:
         return self.entries_dir / key[:2] / key
 
+    @property
+    def lock_dir(self) -> Path:
+        """The node-local directory of the lock files."""
+        if self._lock_dir is None:  # racing threads compute the same path
+            self._lock_dir = default_lock_dir(self._runtime_dir)
+        return self._lock_dir
+
     def private_dir(self, name: str) -> Path | None:
         """``v1/<name>`` (made, 0700, with any missing parent) when what is found
         there may be trusted like an entry: every directory from ``/`` to it passes
@@ -609,13 +616,6 @@ class DiskCache:
                 return
             self._warned.add(kind)
         log.warning(message)
-
-    @property
-    def lock_dir(self) -> Path:
-        """The node-local directory of the lock files."""
-        if self._lock_dir is None:  # racing threads compute the same path
-            self._lock_dir = default_lock_dir(self._runtime_dir)
-        return self._lock_dir
 
     # --- trust: the walk to the root, and every directory below it ------------------
     def _refuse(self, d, why: str) -> None:
@@ -875,7 +875,6 @@ class DiskCache:
         else by :meth:`touch`). Raises :class:`CacheError` when the cache directories
         are not trusted.
         """
-        problem = "not read"
         for _attempt in range(2):
             # Entries change only by whole-directory renames: re-read once, in case
             # another process replaced or removed this one while we were reading it.
@@ -885,7 +884,7 @@ class DiskCache:
                 return None
             if problem is None:
                 break
-        if problem is not None:
+        else:
             self.quarantine(key, problem)
             return None
         self.problems.pop(key, None)
