@@ -847,6 +847,10 @@ struct Engine : F {
             before_kept = mine;
             mine = S::compose(mine, kept.block);
         }
+        // Every thread of this block read the epoch before a barrier that precedes this
+        // publish (its slabs' scans: the planner's grid leaves no block without a slab,
+        // chunked_grid in jitmeta/heuristics/plan.py), so block 0, which advances the
+        // epoch once it has seen every slot, never does so before one of them reads it.
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
         // Phase 2 takes the summaries of this block's slabs [j0, jr) 32 at a time, one
         // per lane (the last slab's is in registers: kept.block); the first 32 load now,
