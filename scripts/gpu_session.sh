@@ -2,7 +2,7 @@
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [host] [configs]
 #                               [hostcmp] [profile] [ncu] [phases] [flagab] [launchcost]
-#                               [cu12] [checks] [firstprof]
+#                               [cu12] [checks] [firstprof] [launchmodes]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck; "checks" =
 # tests, memcheck and racecheck run side by side)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
@@ -172,6 +172,11 @@ for stage in $stages; do
           r=$?; echo "flagab $which ($flags) run $i: exit $r"; rc=$((rc | r))
         done
       done ;;
+    launchmodes)
+      # the chunked kernel launched cooperatively, as one cluster and plainly, against
+      # the empty kernel launched the same ways (bench/launch_modes.py)
+      timeout ${JITMETA_LAUNCHMODES_TIMEOUT:-150} python3 "$repo/bench/launch_modes.py" --out "$OUT" 2>&1 | tee "$OUT/launchmodes.log" | tail -20
+      rc=$((rc | ${PIPESTATUS[0]})) ;;
     launchcost)
       # host cost of one launch: C through the driver API against cuda.bindings
       # (bench/launch_cost.py builds bench/launch_cost.c with nvcc); and whether this
