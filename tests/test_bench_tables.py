@@ -27,6 +27,7 @@ import benchmark_host  # noqa: E402
 import benchmark_metadata  # noqa: E402
 import benchmark_nvrtc  # noqa: E402
 import launch_cost  # noqa: E402
+import launch_modes  # noqa: E402
 import make_tables  # noqa: E402
 import phase_trace  # noqa: E402
 import records  # noqa: E402
@@ -399,6 +400,23 @@ def test_phase_trace_marks_every_traced_kernel():
         if fmt == "smxx" and runs is None:
             assert compile_cubin(text, CompileOptions("sm_90")).cubin
     assert {c.variant for c in seen} == {"static", "chunked"}
+
+
+def test_launch_modes_cases_are_chunked_and_some_fit_a_cluster():
+    """bench/launch_modes.py stops on a case the planner does not serve with the chunked
+    variant; the forced slab sizes exist to give grids one cluster can hold."""
+    from jitmeta import envs
+
+    grids = []
+    for fmt, mode, batch, forced in launch_modes.CASES:
+        next_n, runs = benchmark_metadata.mode_shape(mode)
+        with envs.override(**(forced or {})):
+            p = jitmeta.plan(batch, next_n, runs is not None, benchmark_metadata.NUM_SMS,
+                             schedule=fmt, arch="sm_90")
+        assert p.variant == "chunked", (fmt, mode, batch, forced)
+        grids.append((p.grid, forced is not None))
+    assert all(g <= launch_modes.MAX_CLUSTER for g, forced in grids if forced)
+    assert any(g > launch_modes.MAX_CLUSTER for g, _ in grids)  # the cooperative-only kind
 
 
 def test_launch_cost_kernel_matches_the_emit_signature():
