@@ -358,8 +358,8 @@ struct Engine : F {
     }
 
     // The rows of a whole batch held by one block, SIMT-parallel: the tile becomes the
-    // prefix keys (F::prefix_whole) and thread s binary-searches them for the element
-    // holding SM s's start (the first key past it). Returns false, nothing written,
+    // prefix keys (F::prefix_whole) and thread s searches them for the element holding
+    // SM s's start (the first key past it). Returns false, nothing written,
     // when the format leaves the batch to the walk.
     __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
                                                       u32 batch, u32 mult, Sms num_sms,
@@ -372,7 +372,19 @@ struct Engine : F {
             const u32 x = F::sm_start(s, q, r, num_sms);
             int2 row = F::end_row(batch, mult);  // start(s) == total
             if (x < total) {  // then some key exceeds x: the last one is the total
+                // the first key past x lies in [a, b]: eight-way steps while the range
+                // is long (seven probes loaded at once, one dependent step per eighth:
+                // a search is a chain of shared-memory latencies), then halving
                 u32 a = 0, b = n;
+                while (b - a >= 8u) {
+                    const u32 len = b - a;
+                    u32 c = 0;  // probes at or below x (keys do not decrease: the first c)
+#pragma unroll
+                    for (u32 j = 1; j < 8u; ++j)
+                        c += (tile[pad(a + ((len * j) >> 3))] & F::kKeyMask) <= x ? 1u : 0u;
+                    if (c < 7u) b = a + ((len * (c + 1u)) >> 3);  // a probe past x
+                    if (c != 0u) a += ((len * c) >> 3) + 1u;      // past a probe at or below x
+                }
                 while (a < b) {
                     const u32 mid = (a + b) >> 1;
                     if ((tile[pad(mid)] & F::kKeyMask) > x) b = mid; else a = mid + 1u;

@@ -481,6 +481,14 @@ MUTANTS = [
     ("whole-batch search picks the item ending at the start",
      [(r"if \(\((tile\[pad\(mid\)\] & F::kKeyMask)\) > x\)", r"if ((\1) >= x)")],
      ("static", "dynamic"), ("dense", "varlen")),
+    ("whole-batch eight-way search keeps the eighth ending at the start",
+     [(r"& F::kKeyMask\) <= x \? 1u : 0u;", "& F::kKeyMask) < x ? 1u : 0u;")],
+     ("static", "dynamic"), ("dense", "varlen")),
+    # (it keeps the range ordered: a mutant that crosses its ends reads past the tile
+    # and faults, which the check counts as neither caught nor passed)
+    ("whole-batch eight-way search skips its first probe",
+     [(r"for \(u32 j = 1; j < 8u; \+\+j\)\n", "for (u32 j = 2; j < 8u; ++j)\n")],
+     ("static", "dynamic"), ("dense", "varlen")),
     ("block carry includes its own blocks", [(r"sc\.broadcast\[0\] = before;",
                                                "sc.broadcast[0] = S::compose(before, slot);")],
      ("chunked",), ("dense", "varlen")),

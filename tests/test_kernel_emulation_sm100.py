@@ -371,6 +371,10 @@ MUTANTS = [
     ("whole-batch search compares flagged words",
      [(r"\(tile\[pad\(mid\)\] & F::kKeyMask\)", "tile[pad(mid)]")],
      ("static", "dynamic"), ("varlen",)),
+    ("whole-batch eight-way search compares flagged words",
+     [(r"\(tile\[pad\(a \+ \(\(len \* j\) >> 3\)\)\] & F::kKeyMask\)",
+       "tile[pad(a + ((len * j) >> 3))]")],
+     ("static", "dynamic"), ("varlen",)),
 ]
 
 
