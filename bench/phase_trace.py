@@ -99,14 +99,10 @@ EDITS = [
      "            kept = scan_tile(" % LOADED),
     ("chunked", "        if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);\n",
      "        jitmeta_mark(%d, true);\n{a}" % PHASE1),
-    ("chunked", "        if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;\n",
-     "        jitmeta_mark(%d, true);\n{a}" % EXCHANGED),
+    ("chunked", "        const S carry = sc.broadcast[0];\n", "{a}        jitmeta_mark(%d, true);\n" % EXCHANGED),
     ("chunked", "                                    ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
-    # the exchange: a warp per grid of up to 32 blocks, else a block scan
-    ("chunked", "wait_slot(slot_of(ws, lane), epoch + 1u)\n                                       : S::identity();\n",
-     "{a}            jitmeta_mark(%d, true);\n" % WAITED),
-    ("chunked", "            if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
-     "{a}            jitmeta_mark(%d, true);\n" % WAITED),
+    ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
+     "{a}        jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
      "                         mult, num_sms, out, sc);\n",
      "            unsigned long long jm_t = jitmeta_begin();\n{a}"

@@ -874,27 +874,12 @@ struct Engine : F {
         };
         S group = slab_group(0u);
 
-        // The carry-in (every block before this one) and the grand total. A grid of at
-        // most 32 blocks: every warp waits for the slots and scans them itself (a lane
-        // per slot), so no block barrier and no second level; a larger grid: one block
-        // scan, a thread per slot. Either way thread 0 has seen every slot when block 0
-        // advances the epoch (warp 0's scan joins its lanes). (The row queue that
-        // phase 2 fills is empty: the last scan of phase 1 emptied it.)
-        S carry, all;
-        if (grid <= 32u) {  // uniform
-            const S slot = lane < grid ? wait_slot(slot_of(ws, lane), epoch + 1u)
-                                       : S::identity();
-            const S inc = warp_inclusive_scan(slot);
-            carry = warp_exclusive(inc).shfl((int)g);
-            all = inc.shfl(31);
-        } else {
-            S slot = S::identity();
-            if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
-            const S before = block_exclusive_scan(slot, sc, &all);
-            if (threadIdx.x == g) sc.broadcast[0] = before;
-            __syncthreads();
-            carry = sc.broadcast[0];
-        }
+        S slot = S::identity(), all;
+        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
+        const S before = block_exclusive_scan(slot, sc, &all);
+        if (threadIdx.x == g) sc.broadcast[0] = before;
+        __syncthreads();
+        const S carry = sc.broadcast[0];
         if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         if (j0 == j1) return;
 

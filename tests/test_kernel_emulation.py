@@ -195,31 +195,6 @@ def test_chunked_any_grid_is_exact():
     check_all(cases, "chunked plans run with smaller grids")
 
 
-def test_chunked_exchange_of_one_warp_of_blocks_and_more():
-    """Grids of up to 32 blocks exchange their slots within each warp; larger ones by a
-    block scan. Both, on either side of the boundary, every format, dense and varlen."""
-    rng, g = rngs("exchange grids")
-    cases = []
-    for varlen in (False, True):
-        for schedule in ("smxx", "sm90", "sm100"):
-            batch = rng.randint(40 * 32, 64 * 32)
-            base = make_case(rng, g, "chunked", varlen, schedule, batch,
-                             next_n=1 if varlen else rng.randint(1, 3), threads=64,
-                             chunk=32, sm_count=132)
-            assert base.plan.grid > 33, base.label
-            for grid in (31, 32, 33, base.plan.grid):
-                p = dataclasses.replace(base.plan, grid=grid)
-                cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
-                                                 label=f"{base.label} grid {grid}"))
-    check_all(cases, "chunked exchange of up to 32 blocks and more")
-    # the block-scan exchange, broken, is caught where it runs (the warp one is above)
-    broken = [dataclasses.replace(c, source=mutate(
-        render(c.plan.code), [(r"sc\.broadcast\[0\] = before;",
-                               "sc.broadcast[0] = S::compose(before, slot);")]))
-        for c in cases if c.plan.grid > 32]
-    assert_mutant_caught("block-scan carry includes its own blocks", broken)
-
-
 def test_chunked_blocks_with_one_to_five_slabs():
     """Each block taking 1..5 slabs (one block: the grid of a chunked plan run with
     fewer blocks, or two), with a short last slab or a full one, next_n 1..3 and varlen,
@@ -514,10 +489,8 @@ MUTANTS = [
     ("whole-batch eight-way search skips its first probe",
      [(r"for \(u32 j = 1; j < 8u; \+\+j\)\n", "for (u32 j = 2; j < 8u; ++j)\n")],
      ("static", "dynamic"), ("dense", "varlen")),
-    # (both exchanges: a warp's for grids of up to 32 blocks, the block scan's beyond)
-    ("block carry includes its own blocks",
-     [(r"sc\.broadcast\[0\] = before;", "sc.broadcast[0] = S::compose(before, slot);"),
-      (r"carry = warp_exclusive\(inc\)\.shfl\(\(int\)g\);", "carry = inc.shfl((int)g);")],
+    ("block carry includes its own blocks", [(r"sc\.broadcast\[0\] = before;",
+                                               "sc.broadcast[0] = S::compose(before, slot);")],
      ("chunked",), ("dense", "varlen")),
     ("slice summary assumes parity 0 coming in",
      [(r"identity\(\) \{ return \{0u, 0u, 0u, 1u\}; \}", "identity() { return {0u, 0u, 0u, 0u}; }")],
