@@ -195,6 +195,30 @@ def test_chunked_any_grid_is_exact():
     check_all(cases, "chunked plans run with smaller grids")
 
 
+def test_chunked_exchange_past_one_warp_of_blocks():
+    """The exchange scans one slot per block with a block scan: grids on either side of
+    32 blocks (slots of one warp, then of two), every format, dense and varlen."""
+    rng, g = rngs("exchange grids")
+    cases = []
+    for varlen in (False, True):
+        for schedule in ("smxx", "sm90", "sm100"):
+            batch = rng.randint(40 * 32, 64 * 32)
+            base = make_case(rng, g, "chunked", varlen, schedule, batch,
+                             next_n=1 if varlen else rng.randint(1, 3), threads=64,
+                             chunk=32, sm_count=132)
+            assert base.plan.grid > 33, base.label
+            for grid in (31, 32, 33, base.plan.grid):
+                p = dataclasses.replace(base.plan, grid=grid)
+                cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
+                                                 label=f"{base.label} grid {grid}"))
+    check_all(cases, "chunked exchange of up to 32 blocks and more")
+    broken = [dataclasses.replace(c, source=mutate(
+        render(c.plan.code), [(r"sc\.broadcast\[0\] = before;",
+                               "sc.broadcast[0] = S::compose(before, slot);")]))
+        for c in cases if c.plan.grid > 32]
+    assert_mutant_caught("block carry includes its own blocks (grids past 32)", broken)
+
+
 def test_chunked_blocks_with_one_to_five_slabs():
     """Each block taking 1..5 slabs (one block: the grid of a chunked plan run with
     fewer blocks, or two), with a short last slab or a full one, next_n 1..3 and varlen,
