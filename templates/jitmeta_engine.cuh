@@ -859,10 +859,14 @@ struct Engine : F {
             before_kept = mine;
             mine = S::compose(mine, kept.block);
         }
-        // Every thread of this block read the epoch before a barrier that precedes this
-        // publish (its slabs' scans: the planner's grid leaves no block without a slab,
-        // chunked_grid in jitmeta/heuristics/plan.py), so block 0, which advances the
-        // epoch once it has seen every slot, never does so before one of them reads it.
+        // Every thread of this block has read the epoch before its slot is published:
+        // block 0 advances the epoch once it has seen every slot, and a thread reading it
+        // later would wait for a tag that never comes. A block with slabs passed a
+        // barrier since (its scans). One without (j0 == j1) takes one here: the planner's
+        // grid leaves no block without a slab, but a smaller grid can (a refused
+        // cooperative launch is retried with half the blocks). Uniform: j0, j1 are the
+        // block's.
+        if (j0 == j1) __syncthreads();
         if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);
         // Phase 2 takes the summaries of this block's slabs [j0, jr) 32 at a time, one
         // per lane (the last slab's is in registers: kept.block); the first 32 load now,

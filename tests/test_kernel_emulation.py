@@ -192,6 +192,10 @@ def test_chunked_any_grid_is_exact():
                 p = dataclasses.replace(base.plan, grid=grid)
                 cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
                                                  label=f"{base.label} run with grid {grid}"))
+    # such grids leave blocks without a slab (ceil(slabs / grid) each): they only take
+    # part in the exchange
+    slabs = [-(-c.plan.batch // 32) for c in cases]
+    assert any((c.plan.grid - 1) * -(-n // c.plan.grid) >= n for c, n in zip(cases, slabs))
     check_all(cases, "chunked plans run with smaller grids")
 
 

@@ -190,9 +190,9 @@ def test_chunked_grid_by_hand():
                 grid = chunked_grid(slabs * 64 - 5, 64, sms, t)
                 assert grid == -(-slabs // per), (slabs, sms, t)
                 assert grid <= cap and (grid - 1) * per < slabs <= grid * per
-                # the kernel splits the slabs itself, ceil(slabs / grid) per block, and
-                # relies on every block having one (a barrier before its slot is
-                # published: templates/jitmeta_engine.cuh, Engine::chunked)
+                # the kernel splits the slabs itself, ceil(slabs / grid) per block: on
+                # the planner's grid every block has one (a launcher that halves a
+                # refused grid can leave blocks without: Engine::chunked serves them)
                 assert (grid - 1) * -(-slabs // grid) < slabs, (slabs, sms, t)
 
 
