@@ -150,6 +150,30 @@ def test_kernels_match_reference(variant, mode, schedule):
     check_all(cases, f"{variant} {mode} {schedule}")
 
 
+def test_whole_batch_search_lengths():
+    """The whole-batch search takes eight-way steps while its range holds 8 keys or
+    more, then halves: batches around those lengths (7..9, 15..17, 63..65, 511..513),
+    with an SM start at most keys (more SMs than work units) or a few, every format,
+    dense and varlen, static and dynamic."""
+    rng, g = rngs("search lengths")
+    cases = []
+    for batch in (7, 8, 9, 15, 16, 17, 63, 64, 65, 511, 512, 513):
+        for variant in ("static", "dynamic"):
+            varlen = rng.random() < 0.5
+            schedule = rng.choice(("smxx", "sm90", "sm100"))
+            case = make_case(rng, g, variant, varlen, schedule, batch, threads=64,
+                             length_kind=rng.choice(("edges", "mixed", "zeros")))
+            cases.append(case)
+            # as many SMs as work units and more: a start in (nearly) every element
+            many = dataclasses.replace(case, num_sms=min(4000, 3 * batch + 7),
+                                       seed=rng.getrandbits(32),
+                                       label=f"{case.label}, {min(4000, 3 * batch + 7)} SMs")
+            cases.append(dataclasses.replace(
+                many, plan=plan_case(variant, batch, 1, varlen, many.num_sms, schedule, 64,
+                                     None, SPLIT_KV, None)))
+    check_all(cases, "whole-batch search lengths")
+
+
 def test_chunked_carries_across_many_slabs():
     """Runs of equal indices spanning several slabs, starting at every offset parity."""
     rng, g = rngs("carries")
