@@ -2,11 +2,11 @@
 # Everything jitmeta checks on the GPU machine, in one or two calls (device tool):
 #   bash scripts/gpu_session.sh [smoke] [tests] [memcheck] [racecheck] [bench] [host] [configs]
 #                               [hostcmp] [profile] [ncu] [phases] [flagab] [launchcost]
-#                               [cu12] [checks] [firstprof] [launchmodes]
+#                               [cu12] [checks] [firstprof] [launchmodes] [kernelab]
 # (default: tests memcheck bench racecheck; "sanitize" = memcheck + racecheck; "checks" =
 # tests, memcheck and racecheck run side by side)
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
-# "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile" and "ncu" need
+# "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile", "ncu" and "kernelab" need
 # an earlier version of the package unpacked in .before/ (git archive REV | tar -x -C
 # .before).
 set -u -o pipefail
@@ -170,6 +170,24 @@ for stage in $stages; do
               ${FLAGAB_BATCHES:+--batches $FLAGAB_BATCHES} --out "$OUT/flagab-$which-$i" \
               > "$OUT/flagab-$which-$i.log" 2>&1
           r=$?; echo "flagab $which ($flags) run $i: exit $r"; rc=$((rc | r))
+        done
+      done ;;
+    kernelab)
+      # kernels A/B: the metadata benchmark (no tuning table) of the version in .before/
+      # and of this one, each with its own kernel cache, alternating, twice each; a record
+      # per run under $OUT/kernelab-{before,after}-{1,2}/ and its last lines here
+      # (KERNELAB_BATCHES: a comma list of batches instead of the default). The device
+      # brings back only a few files per call: the logs stay there.
+      install_before || { rc=1; continue; }
+      for i in 1 2; do
+        for which in before after; do
+          mkdir -p "$OUT/kernelab-$which-$i"
+          as_version $which timeout ${JITMETA_KERNELAB_TIMEOUT:-150} python3 \
+              "$repo/bench/benchmark_metadata.py" --no-tuning \
+              ${KERNELAB_BATCHES:+--batches $KERNELAB_BATCHES} --out "$OUT/kernelab-$which-$i" \
+              > /tmp/kernelab-$which-$i.log 2>&1
+          r=$?; echo "kernelab $which run $i: exit $r"; tail -3 /tmp/kernelab-$which-$i.log
+          rc=$((rc | r))
         done
       done ;;
     launchmodes)
