@@ -247,6 +247,33 @@ def test_chunked_exchange_past_one_warp_of_blocks():
     assert_mutant_caught("block carry includes its own blocks (grids past 32)", broken)
 
 
+def test_block_without_slab_reads_the_epoch_before_it_publishes(monkeypatch):
+    """A grid halved after a refused cooperative launch can leave blocks without a slab.
+    On a GPU such a block's thread 0 may run far ahead of its other warps; the
+    emulator's lagging blocks (JITMETA_EMU_LAG=1) hold every thread but thread 0 of a
+    block whose thread 0 polls first, until the lower blocks have returned. A block that
+    published its slot before all its threads had read the epoch would then wait for a
+    tag that never comes (the kernel's spin limit traps); its barrier prevents that."""
+    monkeypatch.setenv("JITMETA_EMU_LAG", "1")
+    rng, g = rngs("lagging blocks")
+    fast = [(r"kSpinLimit = 1u << 24;", "kSpinLimit = 1u << 16;")]  # trap sooner
+    cases = []
+    for varlen in (False, True):
+        for schedule in ("smxx", "sm100"):
+            base = make_case(rng, g, "chunked", varlen, schedule, 9 * 32 - rng.randint(0, 31),
+                             threads=64, chunk=32, sm_count=132)
+            # 9 slabs on 4 blocks, ceil(9 / 4) = 3 each: block 3 has none
+            p = dataclasses.replace(base.plan, grid=4)
+            cases.append(dataclasses.replace(
+                base, plan=p, source=mutate(render(p.code), fast),
+                label=f"{base.label} run with grid 4"))
+    check_all(cases, "a block without a slab, lagging")
+    for case in cases:
+        broken = mutate(case.source, [(r"if \(j0 == j1\) __syncthreads\(\);\n", "")])
+        with pytest.raises(EmulatorError, match="__trap"):
+            emulate_cases([dataclasses.replace(case, source=broken)])
+
+
 def test_chunked_blocks_with_one_to_five_slabs():
     """Each block taking 1..5 slabs (one block: the grid of a chunked plan run with
     fewer blocks, or two), with a short last slab or a full one, next_n 1..3 and varlen,

@@ -9,7 +9,8 @@
 //   harness --list                print the kernels (name, parameter kinds) and the
 //                                 static shared memory bytes
 // Environment: JITMETA_EMU_TIMEOUT (seconds a barrier may wait before it is reported
-// as a deadlock, default 60), JITMETA_EMU_STATS=1 (print how often threads slept).
+// as a deadlock, default 60), JITMETA_EMU_STATS=1 (print how often threads slept),
+// JITMETA_EMU_LAG=1 (a lagging block, see "determinism").
 //
 // Case file (little-endian u32 words unless noted), written by core.py:
 //   magic 'JEMU', version 1, case count; then per case:
@@ -46,6 +47,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -138,6 +140,14 @@ template <class What> void futex_wait(std::atomic<u32>* word, u32 seen, double* 
 //   0 comes last: it ends the chunked kernel's exchange, advancing the epoch that every
 //   thread reads as it sets out.)
 //
+// * Lagging blocks (JITMETA_EMU_LAG=1, ordered builds): when thread 0 of a block of a
+//   cooperative launch polls (__nanosleep) before any other thread of the block has
+//   set out, the block's other threads wait until every lower block has returned,
+//   and the lower blocks start meanwhile. That is the warp skew a GPU may show: a
+//   block's thread 0 far ahead of its other warps. A kernel in which a block publishes
+//   something before all of its threads have read what the other blocks then change
+//   is caught this way (the chunked kernel's epoch: a block must pass a barrier first).
+//
 // A kernel that waits for another thread or block by spinning without any of these
 // wait points cannot be emulated (reported as a deadlock, or by the kernel's __trap).
 // Not in TSan builds: each hand-over would be a happens-before edge that hides the very
@@ -158,6 +168,8 @@ unsigned g_gate_block = 0;
 std::atomic<bool> g_gate_set_out{!kOrdered};  // every thread of the block has set out
 std::atomic<bool> g_gate_polled{false};       // a thread polled for another block
 std::atomic<bool> g_gate_opened{false};
+std::atomic<u32>* g_done = nullptr;  // g_done[b] turns non-zero once block b has returned
+bool g_lag = false;                  // JITMETA_EMU_LAG: lagging blocks (ordered builds)
 
 // Lets block g_gate_block - 1 start (once; a no-op outside a cooperative launch).
 void gate_open() {
@@ -236,6 +248,14 @@ class Order {
         turn_[t] = false;
         send(t + 1);
     }
+
+    // Whether thread t is setting out in the block's first round (no wait point yet).
+    bool first_turn(unsigned t) const { return kOrdered && first_round_ && turn_[t]; }
+
+    // Thread t reached its first wait point, but the next thread sets out only when
+    // release(t + 1) is called (a lagging block).
+    void hold(unsigned t) { turn_[t] = false; }
+    void release(unsigned t) { send(t); }
 
     // Thread t returned from the kernel.
     void leave(unsigned t) {
@@ -535,7 +555,7 @@ void run_blocks(const KernelEntry& k, unsigned grid, unsigned first, unsigned en
 void run_cooperative(const KernelEntry& k, unsigned grid, unsigned threads, std::size_t dyn,
                      const Arg* args, u64 seed) {
     std::fflush(nullptr);
-    const std::size_t gate_bytes = grid * sizeof(std::atomic<u32>);
+    const std::size_t gate_bytes = 2 * grid * sizeof(std::atomic<u32>);  // gates, done flags
     void* gm = mmap(nullptr, gate_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                     -1, 0);
     if (gm == MAP_FAILED) die(std::string("mmap failed for the start gate of ") + k.name);
@@ -547,6 +567,7 @@ void run_cooperative(const KernelEntry& k, unsigned grid, unsigned threads, std:
         if (pid < 0) die("fork failed for block " + std::to_string(b) + " of " + k.name);
         if (pid == 0) {
             g_gate = gate;
+            g_done = gate + grid;
             g_gate_block = b;
             g_gate_set_out = !kOrdered;  // (the parent's launches may have set them)
             g_gate_polled = false;
@@ -555,6 +576,9 @@ void run_cooperative(const KernelEntry& k, unsigned grid, unsigned threads, std:
             gate_wait(b);
             run_blocks(k, grid, b, b + 1, threads, dyn, args, seed);
             gate_open();  // returned
+            g_done[b].store(1, std::memory_order_release);
+            syscall(SYS_futex, reinterpret_cast<u32*>(&g_done[b]), FUTEX_WAKE, 0x7fffffff,
+                    nullptr, nullptr, 0);
             std::fflush(nullptr);
             _exit(0);
         }
@@ -834,8 +858,34 @@ int run_cases(const char* in_path, const char* out_path) {
 
 unsigned lane_id() { return t_state ? t_state->lane : 0u; }
 
+// A lagging block's other threads set out once every lower block has returned.
+static void release_when_lower_blocks_return(Order* order) {
+    for (unsigned b = 0; b < g_gate_block; ++b) {
+        double waited = 0;
+        while (g_done[b].load(std::memory_order_acquire) == 0) {
+            timespec ts{1, 0};
+            if (syscall(SYS_futex, reinterpret_cast<u32*>(&g_done[b]), FUTEX_WAIT, 0u, &ts,
+                        nullptr, 0) == -1 && errno == ETIMEDOUT &&
+                (waited += 1.0) >= g_timeout_s)
+                die("deadlock: lagging block " + std::to_string(g_gate_block) + " of " +
+                    g_kernel + " waited " + std::to_string((int)waited) + " s for block " +
+                    std::to_string(b) + " to return in case " + std::to_string(g_case));
+        }
+    }
+    order->release(1);
+}
+
 void poll_sleep() {
-    if (t_state) t_state->order->pass(t_state->linear);  // a wait point
+    if (t_state && g_lag && g_gate && t_state->linear == 0 &&
+        t_state->order->first_turn(0)) {
+        // a lagging block: thread 0 polls before its other threads set out
+        Order* order = t_state->order;
+        order->hold(0);
+        gate_open();
+        std::thread(release_when_lower_blocks_return, order).detach();
+    } else if (t_state) {
+        t_state->order->pass(t_state->linear);  // a wait point
+    }
     if (g_gate) {
         gate_note(g_gate_polled);  // this block waits for another
         // Until every block has started, which polling cannot hasten, a poll sleeps
@@ -911,6 +961,7 @@ int syncthreads(int pred, int* participants) {
 int main(int argc, char** argv) {
     using namespace jitmeta_emu;
     if (const char* t = std::getenv("JITMETA_EMU_TIMEOUT")) g_timeout_s = std::atof(t);
+    if (const char* l = std::getenv("JITMETA_EMU_LAG")) g_lag = kOrdered && std::atoi(l) != 0;
 #ifndef JITMETA_EMU_SANITIZER
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, fatal_signal);
 #endif
