@@ -64,7 +64,8 @@ CASES = [
 ]
 
 
-def _config(grid: int, threads: int, smem: int, stream: int, mode: str):
+def _cluster_config(grid: int, threads: int, smem: int, stream: int):
+    """A CUlaunchConfig running the whole grid as one thread-block cluster."""
     from cuda.bindings import driver
 
     cfg = driver.CUlaunchConfig()
@@ -72,19 +73,11 @@ def _config(grid: int, threads: int, smem: int, stream: int, mode: str):
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
     cfg.sharedMemBytes = smem
     cfg.hStream = driver.CUstream(stream)
-    attrs = []
-    if mode == "cooperative":
-        a = driver.CUlaunchAttribute()
-        a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-        a.value.cooperative = 1
-        attrs.append(a)
-    elif mode == "cluster":
-        a = driver.CUlaunchAttribute()
-        a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = grid, 1, 1
-        attrs.append(a)
-    cfg.attrs = attrs
-    cfg.numAttrs = len(attrs)
+    a = driver.CUlaunchAttribute()
+    a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = grid, 1, 1
+    cfg.attrs = [a]
+    cfg.numAttrs = 1
     return cfg
 
 
@@ -106,7 +99,7 @@ def cluster_fits(fn, grid: int, threads: int, smem: int) -> tuple[bool, str]:
         fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
     if err:
         return False, f"cuFuncSetAttribute(non-portable cluster size): {err}"
-    cfg = _config(grid, threads, smem, torch.cuda.current_stream().cuda_stream, "cluster")
+    cfg = _cluster_config(grid, threads, smem, torch.cuda.current_stream().cuda_stream)
     err, n = driver.cuOccupancyMaxActiveClusters(fn, cfg)
     if err:
         return False, f"cuOccupancyMaxActiveClusters: {err}"
@@ -114,18 +107,24 @@ def cluster_fits(fn, grid: int, threads: int, smem: int) -> tuple[bool, str]:
 
 
 def launcher(fn, grid: int, threads: int, smem: int, args: tuple, mode: str):
-    """A closure launching ``fn`` ``mode``'s way on the current stream."""
+    """A closure launching ``fn`` ``mode``'s way on the current stream: cooperatively or
+    plainly through jitmeta's own launch, as one cluster through cuLaunchKernelEx."""
     from cuda.bindings import driver
 
+    if mode != "cluster":
+        def call():
+            runtime.launch(fn, grid, threads, smem, torch.cuda.current_stream().cuda_stream,
+                           args, ARG_TYPES, cooperative=mode == "cooperative")
+        return call
     fn = _function(fn)
     params = runtime.KernelParams(ARG_TYPES)  # the empty kernel's too (bench/touch.py)
     params.pack(*args)
 
     def call():
-        cfg = _config(grid, threads, smem, torch.cuda.current_stream().cuda_stream, mode)
+        cfg = _cluster_config(grid, threads, smem, torch.cuda.current_stream().cuda_stream)
         err, = driver.cuLaunchKernelEx(cfg, fn, params.address, 0)
         if err:
-            raise RuntimeError(f"cuLaunchKernelEx ({mode}, grid {grid}): {err}")
+            raise RuntimeError(f"cuLaunchKernelEx (cluster of {grid}): {err}")
     return call
 
 
