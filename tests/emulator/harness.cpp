@@ -171,13 +171,29 @@ std::atomic<bool> g_gate_opened{false};
 std::atomic<u32>* g_done = nullptr;  // g_done[b] turns non-zero once block b has returned
 bool g_lag = false;                  // JITMETA_EMU_LAG: lagging blocks (ordered builds)
 
+// Flags shared between the block processes (not FUTEX_*_PRIVATE): set once, waited for.
+void shared_set(std::atomic<u32>& w) {
+    w.store(1, std::memory_order_release);
+    syscall(SYS_futex, reinterpret_cast<u32*>(&w), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+}
+
+// Waits until `w` is set (1 s slices); dies with "deadlock: waited N s " + why() after
+// g_timeout_s.
+template <class Why> void shared_wait(std::atomic<u32>& w, Why why) {
+    double waited = 0;
+    while (w.load(std::memory_order_acquire) == 0) {
+        timespec ts{1, 0};
+        if (syscall(SYS_futex, reinterpret_cast<u32*>(&w), FUTEX_WAIT, 0u, &ts, nullptr, 0) ==
+                -1 &&
+            errno == ETIMEDOUT && (waited += 1.0) >= g_timeout_s)
+            die("deadlock: waited " + std::to_string((int)waited) + " s " + why());
+    }
+}
+
 // Lets block g_gate_block - 1 start (once; a no-op outside a cooperative launch).
 void gate_open() {
     if (!g_gate || g_gate_block == 0 || g_gate_opened.exchange(true)) return;
-    std::atomic<u32>& w = g_gate[g_gate_block - 1];
-    w.store(1, std::memory_order_release);
-    // (not FUTEX_*_PRIVATE: the word is shared between processes)
-    syscall(SYS_futex, reinterpret_cast<u32*>(&w), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+    shared_set(g_gate[g_gate_block - 1]);
 }
 
 // Sets one of the two flags; opens the gate once both are set. (Sequentially consistent:
@@ -190,19 +206,12 @@ void gate_note(std::atomic<bool>& flag) {
 
 // Waits until block b may start.
 void gate_wait(unsigned b) {
-    std::atomic<u32>& w = g_gate[b];
-    double waited = 0;
-    while (w.load(std::memory_order_acquire) == 0) {
-        timespec ts{1, 0};
-        if (syscall(SYS_futex, reinterpret_cast<u32*>(&w), FUTEX_WAIT, 0u, &ts, nullptr, 0) ==
-                -1 &&
-            errno == ETIMEDOUT && (waited += 1.0) >= g_timeout_s)
-            die("deadlock: waited " + std::to_string((int)waited) + " s for block " +
-                std::to_string(b) + " of " + g_kernel + " to start in case " +
-                std::to_string(g_case) + ": block " + std::to_string(b + 1) +
-                " neither returned nor had every thread set out and one poll for another "
-                "block with __nanosleep (the emulator's start gate)");
-    }
+    shared_wait(g_gate[b], [&] {
+        return "for block " + std::to_string(b) + " of " + g_kernel + " to start in case " +
+               std::to_string(g_case) + ": block " + std::to_string(b + 1) +
+               " neither returned nor had every thread set out and one poll for another "
+               "block with __nanosleep (the emulator's start gate)";
+    });
 }
 
 // The threads of a block set out in order (above): thread t waits in take() for its
@@ -576,9 +585,7 @@ void run_cooperative(const KernelEntry& k, unsigned grid, unsigned threads, std:
             gate_wait(b);
             run_blocks(k, grid, b, b + 1, threads, dyn, args, seed);
             gate_open();  // returned
-            g_done[b].store(1, std::memory_order_release);
-            syscall(SYS_futex, reinterpret_cast<u32*>(&g_done[b]), FUTEX_WAKE, 0x7fffffff,
-                    nullptr, nullptr, 0);
+            shared_set(g_done[b]);
             std::fflush(nullptr);
             _exit(0);
         }
@@ -860,18 +867,12 @@ unsigned lane_id() { return t_state ? t_state->lane : 0u; }
 
 // A lagging block's other threads set out once every lower block has returned.
 static void release_when_lower_blocks_return(Order* order) {
-    for (unsigned b = 0; b < g_gate_block; ++b) {
-        double waited = 0;
-        while (g_done[b].load(std::memory_order_acquire) == 0) {
-            timespec ts{1, 0};
-            if (syscall(SYS_futex, reinterpret_cast<u32*>(&g_done[b]), FUTEX_WAIT, 0u, &ts,
-                        nullptr, 0) == -1 && errno == ETIMEDOUT &&
-                (waited += 1.0) >= g_timeout_s)
-                die("deadlock: lagging block " + std::to_string(g_gate_block) + " of " +
-                    g_kernel + " waited " + std::to_string((int)waited) + " s for block " +
-                    std::to_string(b) + " to return in case " + std::to_string(g_case));
-        }
-    }
+    for (unsigned b = 0; b < g_gate_block; ++b)
+        shared_wait(g_done[b], [&] {
+            return "in lagging block " + std::to_string(g_gate_block) + " of " + g_kernel +
+                   " for block " + std::to_string(b) + " to return in case " +
+                   std::to_string(g_case);
+        });
     order->release(1);
 }
 
