@@ -199,6 +199,14 @@ def test_chunked_carries_across_many_slabs():
     check_all(cases, "chunked carries")
 
 
+def with_grid(case: Case, grid: int, rng: random.Random, **changes) -> Case:
+    """``case`` run with ``grid`` blocks instead of its plan's (the launcher halves a
+    refused cooperative grid), a fresh seed, and ``changes``."""
+    changes.setdefault("label", f"{case.label} run with grid {grid}")
+    return dataclasses.replace(case, plan=dataclasses.replace(case.plan, grid=grid),
+                               seed=rng.getrandbits(32), **changes)
+
+
 def test_chunked_any_grid_is_exact():
     """The launcher may run a chunked plan with fewer blocks than planned (a process
     that sees fewer SMs: jit.launcher halves a refused cooperative grid). Every grid from
@@ -213,9 +221,7 @@ def test_chunked_any_grid_is_exact():
                              chunk=32, sm_count=132)
             assert base.plan.grid >= 10, base.label
             for grid in sorted({1, 2, 3, base.plan.grid // 2, base.plan.grid - 1}):
-                p = dataclasses.replace(base.plan, grid=grid)
-                cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
-                                                 label=f"{base.label} run with grid {grid}"))
+                cases.append(with_grid(base, grid, rng))
     # such grids leave blocks without a slab (ceil(slabs / grid) each): they only take
     # part in the exchange
     slabs = [-(-c.plan.batch // 32) for c in cases]
@@ -236,9 +242,7 @@ def test_chunked_exchange_past_one_warp_of_blocks():
                              chunk=32, sm_count=132)
             assert base.plan.grid > 33, base.label
             for grid in (31, 32, 33, base.plan.grid):
-                p = dataclasses.replace(base.plan, grid=grid)
-                cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
-                                                 label=f"{base.label} grid {grid}"))
+                cases.append(with_grid(base, grid, rng))
     check_all(cases, "chunked exchange of up to 32 blocks and more")
     broken = [dataclasses.replace(c, source=mutate(
         render(c.plan.code), [(r"sc\.broadcast\[0\] = before;",
@@ -263,10 +267,7 @@ def test_block_without_slab_reads_the_epoch_before_it_publishes(monkeypatch):
             base = make_case(rng, g, "chunked", varlen, schedule, 9 * 32 - rng.randint(0, 31),
                              threads=64, chunk=32, sm_count=132)
             # 9 slabs on 4 blocks, ceil(9 / 4) = 3 each: block 3 has none
-            p = dataclasses.replace(base.plan, grid=4)
-            cases.append(dataclasses.replace(
-                base, plan=p, source=mutate(render(p.code), fast),
-                label=f"{base.label} run with grid 4"))
+            cases.append(with_grid(base, 4, rng, source=mutate(render(base.plan.code), fast)))
     check_all(cases, "a block without a slab, lagging")
     for case in cases:
         broken = mutate(case.source, [(r"if \(j0 == j1\) __syncthreads\(\);\n", "")])
@@ -292,9 +293,7 @@ def test_chunked_blocks_with_one_to_five_slabs():
                                  threads=threads, chunk=chunk, sm_count=132,
                                  misalign=misalign)
                 for grid in (1, 2):
-                    p = dataclasses.replace(base.plan, grid=grid)
-                    cases.append(dataclasses.replace(base, plan=p, seed=rng.getrandbits(32),
-                                                     label=f"{base.label} grid {grid}"))
+                    cases.append(with_grid(base, grid, rng))
     check_all(cases, "chunked blocks of 1..5 slabs")
 
 
@@ -337,10 +336,8 @@ def test_chunked_register_slabs():
                                  threads=threads, chunk=chunk, sm_count=132)
                 for grid in (1, 2, 3):
                     misalign = rng.choice((0, 0, 4, 12))
-                    cases.append(dataclasses.replace(
-                        base, plan=dataclasses.replace(base.plan, grid=grid), misalign=misalign,
-                        seed=rng.getrandbits(32),
-                        label=f"{base.label} grid={grid} misalign={misalign}"))
+                    cases.append(with_grid(base, grid, rng, misalign=misalign,
+                                           label=f"{base.label} grid={grid} misalign={misalign}"))
     # one block of several groups of slabs (phase 2 takes their summaries 32 at a time):
     # in registers, and stored (misaligned; dense next_n 2)
     for schedule in ("smxx", "sm90", "sm100"):
