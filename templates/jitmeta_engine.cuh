@@ -878,12 +878,33 @@ struct Engine : F {
         };
         S group = slab_group(0u);
 
-        S slot = S::identity(), all;
+        // Thread l waits for slot l; a scan of the slots gives this block's carry-in (the
+        // composition of the blocks before it) and the grand total. In a grid of at most
+        // 32 blocks the slots are in warp 0, which scans them alone (shuffles, no block
+        // scan) and leaves the carry in broadcast[0] and the total in warp[0]; every
+        // thread reads them between two barriers (the second: the row queue reuses the
+        // scratch). Larger grids take the block scan.
+        S slot = S::identity(), carry, all;
         if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
-        const S before = block_exclusive_scan(slot, sc, &all);
-        if (threadIdx.x == g) sc.broadcast[0] = before;
-        __syncthreads();
-        const S carry = sc.broadcast[0];
+        if (grid <= 32u) {  // uniform
+            if (warp == 0u) {
+                const S inc = warp_inclusive_scan(slot);
+                const S exc = warp_exclusive(inc);  // every lane shuffles
+                const S tot = inc.shfl(31);
+                if (lane == g) sc.broadcast[0] = exc;
+                if (lane == 0u) sc.warp[0] = tot;  // (the row queue is empty: the last
+                                                   // slab's scan emptied it)
+            }
+            __syncthreads();
+            carry = sc.broadcast[0];
+            all = sc.warp[0];
+            __syncthreads();
+        } else {
+            const S before = block_exclusive_scan(slot, sc, &all);
+            if (threadIdx.x == g) sc.broadcast[0] = before;
+            __syncthreads();
+            carry = sc.broadcast[0];
+        }
         if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         if (j0 == j1) return;
 

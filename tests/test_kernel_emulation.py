@@ -230,8 +230,9 @@ def test_chunked_any_grid_is_exact():
 
 
 def test_chunked_exchange_past_one_warp_of_blocks():
-    """The exchange scans one slot per block with a block scan: grids on either side of
-    32 blocks (slots of one warp, then of two), every format, dense and varlen."""
+    """The exchange scans one slot per block, in warp 0 for grids of up to 32 blocks and
+    with a block scan past that: grids on either side of 32 blocks, every format, dense
+    and varlen."""
     rng, g = rngs("exchange grids")
     cases = []
     for varlen in (False, True):
@@ -249,6 +250,14 @@ def test_chunked_exchange_past_one_warp_of_blocks():
                                "sc.broadcast[0] = S::compose(before, slot);")]))
         for c in cases if c.plan.grid > 32]
     assert_mutant_caught("block carry includes its own blocks (grids past 32)", broken)
+    for name, edit in (
+            ("block carry includes its own blocks (grids up to 32)",
+             (r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")),
+            ("the grand total stops at block 15 (grids up to 32)",
+             (r"const S tot = inc\.shfl\(31\);", "const S tot = inc.shfl(15);"))):
+        broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), [edit]))
+                  for c in cases if c.plan.grid <= 32]
+        assert_mutant_caught(name, broken)
 
 
 def test_block_without_slab_reads_the_epoch_before_it_publishes(monkeypatch):
