@@ -125,11 +125,13 @@ EDITS = [
      "{a}        asm volatile(\"\" :: " + ", ".join(f'"r"(w[{k}])' for k in range(9))
      + ");\n        jitmeta_mark(%d, true);\n" % LOADED),
     # the whole batch in one block (Engine::whole), tile loaded by the block or in registers
-    ("both", "            load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);\n"
-     "            __syncthreads();\n", "{a}            jitmeta_mark(%d, false);\n" % LOADED),
+    ("both", "        load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);\n"
+     "        __syncthreads();\n", "{a}        jitmeta_mark(%d, false);\n" % LOADED),
     ("both", "        emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,\n",
      "        jitmeta_mark(%d, true);\n{a}" % SCANNED),
-    ("both", "        if (!F::prefix_whole(tile, t, mult, &total)) return false;  // uniform: t.block\n",
+    ("both", "                if (emit_whole<8u>([&w](u32 k) { return w[k]; }, tile, t, batch, batch, mult,\n",
+     "                jitmeta_mark(%d, true);\n{a}" % SCANNED),
+    ("both", "        if (!F::template prefix_whole<N>(at, tile, t, mult, &total)) return false;  // uniform: t.block\n",
      "{a}        jitmeta_mark(%d, true);\n" % PREFIXED),
     ("both", "            reinterpret_cast<int2*>(out)[s] = row;\n        }\n",
      "{a}        jitmeta_mark(%d, true);\n" % SEARCHED),

@@ -36,11 +36,15 @@
 //                          thread's slice in order: placer.hits(hi) / placer.place(...)
 //   row(first, div, off)   the row of the SM starting `off` units into a unit
 //   end_row(batch, mult)   the row of an SM starting at the total
-//   prefix_whole(tile, t, mult, &total)  a whole batch held by one block: turns the
-//                          tile into non-decreasing keys (the work up to and including
-//                          each element, under kKeyMask) and gives the 32-bit total;
-//                          false (tile intact) when the format cannot (a total too
-//                          large): the rows are then walked
+//   prefix_whole<N>(at, tile, t, mult, &total)  a whole batch held by one block:
+//                          writes non-decreasing keys into the tile (the work up to and
+//                          including each element, under kKeyMask) and gives the 32-bit
+//                          total; at(k) (k < the slice's length) gives the word of slice
+//                          element k, t.after the word after the slice; the words come
+//                          from the tile itself (N = 0: each read before its element's
+//                          key is written) or from registers (N != 0, see
+//                          for_each_index); false (nothing written) when the format
+//                          cannot (a total too large): the rows are then walked
 //   kKeyMask               the bits of a prefix word that hold its key
 //   row_at(tile, e, x, mult)  the row of work position x, which lies in element e of
 //                          the prefix tile
@@ -86,6 +90,19 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Calls f(k) for k = 0, 1, ..., len - 1 in order. With N != 0 (len <= N) the loop is
+// unrolled and k a constant in each call, so f may index an array held in registers.
+template <u32 N, class Fn>
+__device__ __forceinline__ void for_each_index(u32 len, const Fn& f) {
+    if constexpr (N != 0u) {
+#pragma unroll
+        for (u32 k = 0; k < N; ++k)
+            if (k < len) f(k);
+    } else {
+        for (u32 k = 0; k < len; ++k) f(k);
+    }
 }
 
 // A slab scanned by the block: this thread's slice [b, end) of the tile, the word
@@ -358,14 +375,16 @@ struct Engine : F {
     }
 
     // The rows of a whole batch held by one block, SIMT-parallel: the tile becomes the
-    // prefix keys (F::prefix_whole) and thread s searches them for the element holding
-    // SM s's start (the first key past it). Returns false, nothing written,
-    // when the format leaves the batch to the walk.
-    __device__ __forceinline__ static bool emit_whole(u32* tile, const Scanned<S>& t, u32 n,
-                                                      u32 batch, u32 mult, Sms num_sms,
+    // prefix keys (F::prefix_whole, the words given by at: see there) and thread s
+    // searches them for the element holding SM s's start (the first key past it).
+    // Returns false, nothing written, when the format leaves the batch to the walk.
+    template <u32 N, class Words>
+    __device__ __forceinline__ static bool emit_whole(const Words& at, u32* tile,
+                                                      const Scanned<S>& t, u32 n, u32 batch,
+                                                      u32 mult, Sms num_sms,
                                                       int* __restrict__ out) {
         u32 total;
-        if (!F::prefix_whole(tile, t, mult, &total)) return false;  // uniform: t.block
+        if (!F::template prefix_whole<N>(at, tile, t, mult, &total)) return false;  // uniform: t.block
         __syncthreads();
         const u32 q = total / num_sms, r = total % num_sms;
         for (u32 s = threadIdx.x; s <= num_sms; s += THREADS) {
@@ -396,23 +415,16 @@ struct Engine : F {
         return true;
     }
 
-    // Writes the rows of every SM whose start lies in the scanned slab (carry-in:
-    // `carry` composed of all earlier slabs). `total` is the grand total (ignored when
-    // `whole`: the slab is the whole batch and its own work is the total); `last` says
-    // this slab also owns the rows of the SMs starting at the total (F::end_row).
-    // A whole batch in one block goes to emit_whole first, which may take it: one
-    // block of many warps is bound by the instructions it issues, and a walk computes
-    // each row in one lane while its warp waits, where a search over prefix sums
-    // computes 32 rows per warp instruction (measured on an H200: 26.5K warp
-    // instructions against 14.0K at batch 8192). Small chunked blocks are bound by
-    // latency instead, and the walk has the shorter chain (no prefix pass, no barrier
-    // before the rows, no dependent search). Uniform control flow around the barriers.
-    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
-                                                        u32 n, S carry, Work total,
-                                                        bool whole, bool last, u32 batch,
-                                                        u32 mult, Sms num_sms,
-                                                        int* __restrict__ out, Scratch& sc) {
-        if (whole && emit_whole(tile, t, n, batch, mult, num_sms, out)) return;
+    // Writes the rows of every SM whose start lies in the scanned slab held in the tile
+    // (carry-in: `carry` composed of all earlier slabs) by walking each thread's slice
+    // (F::walk). `total` is the grand total (ignored when `whole`: the slab is the
+    // whole batch and its own work is the total); `last` says this slab also owns the
+    // rows of the SMs starting at the total (F::end_row).
+    __device__ __forceinline__ static void emit_walk(u32* tile, const Scanned<S>& t, u32 lo,
+                                                     S carry, Work total, bool whole,
+                                                     bool last, u32 batch, u32 mult,
+                                                     Sms num_sms, int* __restrict__ out,
+                                                     Scratch& sc) {
         const S before = S::compose(carry, t.before);
         if (whole) total = F::work(S::compose(carry, t.block));
         Work q;
@@ -427,6 +439,26 @@ struct Engine : F {
                 p.rows[e] = end;
         }
         drain(p);
+    }
+
+    // emit_walk, except that a whole batch in one block goes to emit_whole first,
+    // which may take it: one block of many warps is bound by the instructions it
+    // issues, and a walk computes each row in one lane while its warp waits, where a
+    // search over prefix sums computes 32 rows per warp instruction (measured on an
+    // H200: 26.5K warp instructions against 14.0K at batch 8192). Small chunked blocks
+    // are bound by latency instead, and the walk has the shorter chain (no prefix
+    // pass, no barrier before the rows, no dependent search). Uniform control flow
+    // around the barriers.
+    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
+                                                        u32 n, S carry, Work total,
+                                                        bool whole, bool last, u32 batch,
+                                                        u32 mult, Sms num_sms,
+                                                        int* __restrict__ out, Scratch& sc) {
+        const u32 b = t.b;
+        if (whole && emit_whole<0u>([tile, b](u32 k) { return tile[pad(b + k)]; }, tile, t, n,
+                                    batch, mult, num_sms, out))
+            return;
+        emit_walk(tile, t, lo, carry, total, whole, last, batch, mult, num_sms, out, sc);
     }
 
     // Scans a slab reloaded into the tile and writes its rows (see emit_scanned).
@@ -679,16 +711,18 @@ struct Engine : F {
         }
     }
 
-    // Loads slab [lo, lo + n) (n <= CHUNK; the batch's last slab when n < CHUNK) into
-    // tile elements 0..n-1 and its halo into element n, and scans it (as load_tile,
-    // a barrier and scan_tile do, with this thread's slice [8t, 8t + 8) of it). For
-    // inputs reg_capable() accepts: only the thread holding the batch's end, if it is
-    // not a multiple of 8, loads element by element.
-    template <u32 CHUNK>
+    // Loads slab [lo, lo + n) (n <= CHUNK; the batch's last slab when n < CHUNK) and
+    // scans it (as load_tile, a barrier and scan_tile do, with this thread's slice
+    // [8t, 8t + 8) of it), leaving the slice's words in w (w[8]: the word after them;
+    // past the batch, no work). TILE: also writes them into tile elements 0..n-1 and
+    // the halo into element n (put_words). For inputs reg_capable() accepts: only the
+    // thread holding the batch's end, if it is not a multiple of 8, loads element by
+    // element.
+    template <u32 CHUNK, bool TILE>
     __device__ __forceinline__ static Scanned<S> reg_scan(u32* tile, const int* __restrict__ ctx,
                                                           const int* __restrict__ idx, u32 lo,
                                                           u32 n, u32 batch, u32 mult,
-                                                          Scratch& sc) {
+                                                          Scratch& sc, u32 (&w)[9]) {
         static_assert(kRegSlabs<CHUNK>, "8 elements per thread");
         const u32 pos = threadIdx.x, i0 = 8u * pos, e0 = lo + i0;
         RegFetched f;
@@ -696,7 +730,6 @@ struct Engine : F {
             reg_fetch(f, ctx, idx, lo, batch, pos);
         else
             reg_fetch_scalar(f, ctx, idx, lo, batch, pos);
-        u32 w[9];
         reg_words(f, lo, pos, mult, w);  // every lane: it shuffles
         // Past the batch: dense, no work; varlen, the halo's boundary word (seg 0), so
         // these words add nothing to the summary either (a run of one token of no work).
@@ -705,12 +738,7 @@ struct Engine : F {
 #pragma unroll
         for (u32 k = 0; k < 9u; ++k)
             if (e0 + k >= batch) w[k] = VARLEN ? kBoundary : 0u;
-        // this thread's words, and the halo (element n) when it falls here: at its
-        // k < 8, or after the last thread's 8 when the slab fills the tile
-#pragma unroll
-        for (u32 k = 0; k < 8u; ++k)
-            if (i0 + k <= n) tile[pad(i0 + k)] = w[k];
-        if (i0 + 8u == n && pos + 1u == THREADS) tile[pad(n)] = w[8];
+        if (TILE) put_words(tile, w, n);
         Scanned<S> t;
         t.b = min(n, i0);
         t.end = min(n, i0 + 8u);
@@ -720,27 +748,47 @@ struct Engine : F {
         return t;
     }
 
+    // Writes this thread's words of a slab of n elements read into registers (w, as
+    // reg_scan leaves them) into the tile, and the halo (element n) when it falls
+    // here: at its k < 8, or after the last thread's 8 when the slab fills the tile.
+    __device__ __forceinline__ static void put_words(u32* tile, const u32 (&w)[9], u32 n) {
+        const u32 i0 = 8u * threadIdx.x;
+#pragma unroll
+        for (u32 k = 0; k < 8u; ++k)
+            if (i0 + k <= n) tile[pad(i0 + k)] = w[k];
+        if (i0 + 8u == n && threadIdx.x + 1u == THREADS) tile[pad(n)] = w[8];
+    }
+
     // The static and dynamic variants: one block, one slab, the whole batch (its own
     // sum is the grand total). A static tile of 8 elements per thread is read into
-    // registers when the loads can be 16-byte (reg_capable); otherwise, and for other
-    // tiles, the block loads the tile coalesced (neighbouring threads, neighbouring
-    // elements: a thread's own 8 would be 8 strided loads at next_n > 1) and scans it.
+    // registers when the loads can be 16-byte (reg_capable), and the prefix keys are
+    // made from the words still there (the tile holds only keys; a total too large
+    // for keys puts the words there, for the walk); otherwise, and for other tiles,
+    // the block loads the tile coalesced (neighbouring threads, neighbouring elements:
+    // a thread's own 8 would be 8 strided loads at next_n > 1) and scans it.
     template <u32 CAPACITY>
     __device__ __forceinline__ static void whole(u32* tile, const int* __restrict__ ctx,
                                                  const int* __restrict__ idx, u32 batch,
                                                  u32 next_n, u32 mult, Sms num_sms,
                                                  int* __restrict__ out, Scratch& sc) {
-        Scanned<S> t;
-        bool regs = false;
         if constexpr (kRegSlabs<CAPACITY>) {
-            regs = reg_capable(ctx, idx, next_n);  // uniform
-            if (regs) t = reg_scan<CAPACITY>(tile, ctx, idx, 0u, batch, batch, mult, sc);
+            if (reg_capable(ctx, idx, next_n)) {  // uniform
+                u32 w[9];
+                const Scanned<S> t =
+                    reg_scan<CAPACITY, false>(tile, ctx, idx, 0u, batch, batch, mult, sc, w);
+                if (emit_whole<8u>([&w](u32 k) { return w[k]; }, tile, t, batch, batch, mult,
+                                   num_sms, out))
+                    return;
+                put_words(tile, w, batch);  // (uniform: t.block)
+                __syncthreads();
+                emit_walk(tile, t, 0u, S::identity(), 0u, true, true, batch, mult, num_sms,
+                          out, sc);
+                return;
+            }
         }
-        if (!regs) {
-            load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);
-            __syncthreads();
-            t = scan_tile(tile, 0u, batch, mult, sc);
-        }
+        load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);
+        __syncthreads();
+        const Scanned<S> t = scan_tile(tile, 0u, batch, mult, sc);
         emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
                      num_sms, out, sc);
     }
@@ -834,7 +882,8 @@ struct Engine : F {
         if constexpr (kRegs) {
             if (regs && j < j1) {  // uniform; then j == jr
                 const u32 lo = j * CHUNK, n = min(CHUNK, batch - lo);
-                kept = reg_scan<CHUNK>(tile, ctx, idx, lo, n, batch, mult, sc);
+                u32 w[9];
+                kept = reg_scan<CHUNK, true>(tile, ctx, idx, lo, n, batch, mult, sc, w);
                 before_kept = mine;
                 mine = S::compose(mine, kept.block);
                 j = j1;

@@ -160,34 +160,34 @@ struct Schedule {
         s.sum1 += s.p1 ? 0u : seg;
     }
 
-    // Overwrites the slice with inclusive prefix sums starting from `base` (the word
-    // after the slice is passed in: the next slice may be overwritten already).
-    __device__ __forceinline__ static void prefix_slice(u32* tile, u32 b, u32 end, u32 base,
-                                                        u32 parity, u32 after) {
-        u32 acc = base;
+    // A block holding the whole batch: the tile becomes its inclusive prefix sums (the
+    // keys the engine searches; uint32, so always possible), written over the slice
+    // from the work before it. Words: at(k) for slice element k, t.after past the
+    // slice (the next slice may be overwritten already).
+    static constexpr u32 kKeyMask = 0xffffffffu;
+    template <u32 N, class Words>
+    __device__ __forceinline__ static bool prefix_whole(const Words& at, u32* tile,
+                                                        const Scanned<S>& t, u32 /*atoms*/,
+                                                        u32* total) {
+        const u32 len = t.end - t.b;
+        u32 acc = t.before.total(kInitialParity);
         if constexpr (!VARLEN) {
-            for (u32 i = b; i < end; ++i) { acc += tile[pad(i)]; tile[pad(i)] = acc; }
+            for_each_index<N>(len, [&](u32 k) {
+                acc += at(k);
+                tile[pad(t.b + k)] = acc;
+            });
         } else {
-            u32 p = parity;
-            u32 cur = b < end ? tile[pad(b)] : 0u;
-            for (u32 i = b; i < end; ++i) {
-                const u32 next = i + 1 < end ? tile[pad(i + 1)] : after;
+            u32 p = t.before.parity(kInitialParity);
+            u32 cur = len ? at(0u) : 0u;
+            for_each_index<N>(len, [&](u32 k) {
+                const u32 next = k + 1u < len ? at(k + 1u) : t.after;
                 p = (cur & kBoundary) ? 0u : p ^ 1u;
                 const u32 seg = (next & kBoundary) ? (cur & kSegMask) : (next & kSegMask);
                 acc += p ? 0u : seg;
-                tile[pad(i)] = acc;
+                tile[pad(t.b + k)] = acc;
                 cur = next;
-            }
+            });
         }
-    }
-
-    // A block holding the whole batch: the tile becomes its inclusive prefix sums (the
-    // keys the engine searches; uint32, so always possible).
-    static constexpr u32 kKeyMask = 0xffffffffu;
-    __device__ __forceinline__ static bool prefix_whole(u32* tile, const Scanned<S>& t,
-                                                        u32 /*atoms*/, u32* total) {
-        prefix_slice(tile, t.b, t.end, t.before.total(kInitialParity),
-                     t.before.parity(kInitialParity), t.after);
         *total = t.block.total(kInitialParity);
         return true;
     }

@@ -202,31 +202,36 @@ struct Sm100 {
     // last token), in 32 bits, so only when the total fits: dense below 2^32; varlen
     // below 2^31, because bit 31 keeps each token's run-start flag (row_at needs it).
     // Varlen also leaves, in the spare word after each group of 32 tokens, the start of
-    // the run holding the group's last token.
+    // the run holding the group's last token. Words: at(k) for slice element k, t.after
+    // past the slice (the next slice may be overwritten already).
     static constexpr u32 kKeyMask = VARLEN ? kSegMask : 0xffffffffu;
-    __device__ __forceinline__ static bool prefix_whole(u32* tile, const Scanned<S>& t,
-                                                        u32 next_n, u32* total) {
+    template <u32 N, class Words>
+    __device__ __forceinline__ static bool prefix_whole(const Words& at, u32* tile,
+                                                        const Scanned<S>& t, u32 next_n,
+                                                        u32* total) {
         const u64 all = work(t.block);
         if (all >> (VARLEN ? 31 : 32)) return false;
         *total = (u32)all;
+        const u32 len = t.end - t.b;
         u32 acc = (u32)work(t.before);  // every sum below is at most the total
         if constexpr (!VARLEN) {
-            for (u32 i = t.b; i < t.end; ++i) {
-                acc += tile[pad(i)] * next_n;
-                tile[pad(i)] = acc;
-            }
+            for_each_index<N>(len, [&](u32 k) {
+                acc += at(k) * next_n;
+                tile[pad(t.b + k)] = acc;
+            });
         } else {
             u32 rs = t.before.lastb == S::kNone ? 0u : t.before.lastb;  // current run start
-            u32 cur = t.b < t.end ? tile[pad(t.b)] : 0u;
-            for (u32 i = t.b; i < t.end; ++i) {  // lo = 0: i is the token
-                const u32 next = i + 1u < t.end ? tile[pad(i + 1u)] : t.after;
+            u32 cur = len ? at(0u) : 0u;
+            for_each_index<N>(len, [&](u32 k) {  // lo = 0: i is the token
+                const u32 i = t.b + k;
+                const u32 next = k + 1u < len ? at(k + 1u) : t.after;
                 const u32 flag = cur & kBoundary;
                 if (flag) rs = i;
                 if (next & kBoundary) acc += (cur & kSegMask) * (i - rs + 1u);  // a run end
                 tile[pad(i)] = acc | flag;
                 if ((i & 31u) == 31u) tile[pad(i) + 1u] = rs;  // the group's spare word
                 cur = next;
-            }
+            });
         }
         return true;
     }

@@ -418,10 +418,12 @@ STATIC_REGISTER_MUTANTS = [
      [(r"if \(e0 \+ k >= batch\) w\[k\] = VARLEN \? kBoundary : 0u;", "")]),
     ("a slice's last token never sees the next slice",
      [(r"t\.after = VARLEN \? w\[8\] : 0u;", "t.after = VARLEN ? kBoundary : 0u;")]),
+    ("the keys of a register slice take each word from the next element",
+     [(r"\[&w\]\(u32 k\) \{ return w\[k\]; \}", "[&w](u32 k) { return w[k + 1u]; }")]),
     ("the thread holding the batch end reads its first length 8 times",
      [(r"const u32 e = min\(e0 \+ k, top\);", "const u32 e = min(e0, top);")]),
     ("the halo of a full tile is not written",
-     [(r"if \(i0 \+ 8u == n && pos \+ 1u == THREADS\) tile\[pad\(n\)\] = w\[8\];", "")]),
+     [(r"if \(i0 \+ 8u == n && threadIdx\.x \+ 1u == THREADS\) tile\[pad\(n\)\] = w\[8\];", "")]),
 ]
 
 
@@ -574,8 +576,9 @@ MUTANTS = [
     ("whole-batch eight-way search skips its first probe",
      [(r"for \(u32 j = 1; j < 8u; \+\+j\)\n", "for (u32 j = 2; j < 8u; ++j)\n")],
      ("static", "dynamic"), ("dense", "varlen")),
-    ("block carry includes its own blocks", [(r"sc\.broadcast\[0\] = before;",
-                                               "sc.broadcast[0] = S::compose(before, slot);")],
+    ("block carry includes its own blocks",
+     [(r"sc\.broadcast\[0\] = before;", "sc.broadcast[0] = S::compose(before, slot);"),
+      (r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")],
      ("chunked",), ("dense", "varlen")),
     ("slice summary assumes parity 0 coming in",
      [(r"identity\(\) \{ return \{0u, 0u, 0u, 1u\}; \}", "identity() { return {0u, 0u, 0u, 0u}; }")],
