@@ -177,12 +177,15 @@ for stage in $stages; do
       # and of this one, each with its own kernel cache, alternating, twice each; a record
       # per run under $OUT/kernelab-{before,after}-{1,2}/ and its last lines here
       # (KERNELAB_BATCHES: a comma list of batches instead of the default). The device
-      # brings back only a few files per call: the logs stay there.
+      # brings back only a few files per call: the logs stay there. The records name
+      # JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT ("before" if unset).
       install_before || { rc=1; continue; }
       for i in 1 2; do
         for which in before after; do
           mkdir -p "$OUT/kernelab-$which-$i"
-          as_version $which timeout ${JITMETA_KERNELAB_TIMEOUT:-150} python3 \
+          commit=${JITMETA_BENCH_COMMIT:-}
+          [ "$which" = before ] && commit=${KERNELAB_BEFORE_COMMIT:-before}
+          JITMETA_BENCH_COMMIT=$commit as_version $which timeout ${JITMETA_KERNELAB_TIMEOUT:-150} python3 \
               "$repo/bench/benchmark_metadata.py" --no-tuning \
               ${KERNELAB_BATCHES:+--batches $KERNELAB_BATCHES} --out "$OUT/kernelab-$which-$i" \
               > /tmp/kernelab-$which-$i.log 2>&1
