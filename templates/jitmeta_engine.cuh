@@ -927,30 +927,33 @@ struct Engine : F {
         };
         S group = slab_group(0u);
 
-        // Thread l waits for slot l (grid <= THREADS); a scan of the slots gives this
-        // block's carry-in (the composition of the blocks before it) and the grand
-        // total. Only the warps holding slots scan them (shuffles), each leaving its
-        // slots' composition in warp[w], and the thread of this block's slot its
-        // exclusive prefix within the warp in broadcast[0]; after a barrier every thread
-        // composes the warp totals (at most 5 on 148 SMs) into the carry and the total,
-        // and a second barrier lets the row queue reuse the scratch (it is empty: the
-        // last slab's scan emptied it).
-        S slot = S::identity();
+        // Thread l waits for slot l; a scan of the slots gives this block's carry-in (the
+        // composition of the blocks before it) and the grand total. In a grid of at most
+        // 32 blocks the slots are in warp 0, which scans them alone (shuffles, no block
+        // scan) and leaves the carry in broadcast[0] and the total in warp[0]; every
+        // thread reads them between two barriers (the second: the row queue reuses the
+        // scratch). Larger grids take the block scan.
+        S slot = S::identity(), carry, all;
         if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
-        const u32 slot_warps = (grid + 31u) >> 5, gw = g >> 5;
-        if (warp < slot_warps) {  // whole warps
-            const S inc = warp_inclusive_scan(slot);
-            const S exc = warp_exclusive(inc);  // every lane shuffles
-            if (lane == 31u) sc.warp[warp] = inc;
-            if (threadIdx.x == g) sc.broadcast[0] = exc;
+        if (grid <= 32u) {  // uniform
+            if (warp == 0u) {
+                const S inc = warp_inclusive_scan(slot);
+                const S exc = warp_exclusive(inc);  // every lane shuffles
+                const S tot = inc.shfl(31);
+                if (lane == g) sc.broadcast[0] = exc;
+                if (lane == 0u) sc.warp[0] = tot;  // (the row queue is empty: the last
+                                                   // slab's scan emptied it)
+            }
+            __syncthreads();
+            carry = sc.broadcast[0];
+            all = sc.warp[0];
+            __syncthreads();
+        } else {
+            const S before = block_exclusive_scan(slot, sc, &all);
+            if (threadIdx.x == g) sc.broadcast[0] = before;
+            __syncthreads();
+            carry = sc.broadcast[0];
         }
-        __syncthreads();
-        S carry = S::identity();
-        for (u32 w = 0; w < gw; ++w) carry = S::compose(carry, sc.warp[w]);
-        S all = carry;
-        for (u32 w = gw; w < slot_warps; ++w) all = S::compose(all, sc.warp[w]);
-        carry = S::compose(carry, sc.broadcast[0]);
-        __syncthreads();
         if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         if (j0 == j1) return;
 

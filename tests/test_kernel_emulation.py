@@ -230,9 +230,9 @@ def test_chunked_any_grid_is_exact():
 
 
 def test_chunked_exchange_past_one_warp_of_blocks():
-    """The exchange scans one slot per block in the warps holding the slots (one warp up
-    to 32 blocks, two past that) and composes the warps' totals: grids on either side of
-    32 blocks, every format, dense and varlen."""
+    """The exchange scans one slot per block, in warp 0 for grids of up to 32 blocks and
+    with a block scan past that: grids on either side of 32 blocks, every format, dense
+    and varlen."""
     rng, g = rngs("exchange grids")
     cases = []
     for varlen in (False, True):
@@ -245,20 +245,19 @@ def test_chunked_exchange_past_one_warp_of_blocks():
             for grid in (31, 32, 33, base.plan.grid):
                 cases.append(with_grid(base, grid, rng))
     check_all(cases, "chunked exchange of up to 32 blocks and more")
-    for name, edit, grids in (
-            ("block carry includes its own block",
-             (r"if \(threadIdx\.x == g\) sc\.broadcast\[0\] = exc;",
-              "if (threadIdx.x == g) sc.broadcast[0] = inc;"), "all"),
-            ("a warp's slots end at its lane 30", (r"if \(lane == 31u\) sc\.warp\[warp\] = inc;",
-                                                   "if (lane == 30u) sc.warp[warp] = inc;"), "all"),
-            ("block carry misses the last warp of slots before its own",
-             (r"w < gw; \+\+w\) carry", "w + 1u < gw; ++w) carry"), "past 32"),
-            ("the total misses the last warp of slots",
-             (r"w < slot_warps; \+\+w\) all", "w + 1u < slot_warps; ++w) all"), "past 32")):
+    broken = [dataclasses.replace(c, source=mutate(
+        render(c.plan.code), [(r"sc\.broadcast\[0\] = before;",
+                               "sc.broadcast[0] = S::compose(before, slot);")]))
+        for c in cases if c.plan.grid > 32]
+    assert_mutant_caught("block carry includes its own blocks (grids past 32)", broken)
+    for name, edit in (
+            ("block carry includes its own blocks (grids up to 32)",
+             (r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")),
+            ("the grand total stops at block 15 (grids up to 32)",
+             (r"const S tot = inc\.shfl\(31\);", "const S tot = inc.shfl(15);"))):
         broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), [edit]))
-                  for c in cases if grids == "all" or c.plan.grid > 32]
-        assert all(c.source is not None for c in broken), f"mutant '{name}' no longer applies"
-        assert_mutant_caught(f"{name} ({grids} grids)", broken)
+                  for c in cases if c.plan.grid <= 32]
+        assert_mutant_caught(name, broken)
 
 
 def test_block_without_slab_reads_the_epoch_before_it_publishes(monkeypatch):
@@ -578,8 +577,8 @@ MUTANTS = [
      [(r"for \(u32 j = 1; j < 8u; \+\+j\)\n", "for (u32 j = 2; j < 8u; ++j)\n")],
      ("static", "dynamic"), ("dense", "varlen")),
     ("block carry includes its own blocks",
-     [(r"if \(threadIdx\.x == g\) sc\.broadcast\[0\] = exc;",
-       "if (threadIdx.x == g) sc.broadcast[0] = inc;")],
+     [(r"sc\.broadcast\[0\] = before;", "sc.broadcast[0] = S::compose(before, slot);"),
+      (r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")],
      ("chunked",), ("dense", "varlen")),
     ("slice summary assumes parity 0 coming in",
      [(r"identity\(\) \{ return \{0u, 0u, 0u, 1u\}; \}", "identity() { return {0u, 0u, 0u, 0u}; }")],
