@@ -525,17 +525,26 @@ struct Engine : F {
         for (u32 k = 0; k < kFields; ++k) vs[k] = (u64)tag << 32 | f[k];
     }
 
+    // Polls the field published last alone, and reads the others once it carries the
+    // tag: while a large grid waits, every block's waiting threads poll every slot, and
+    // reading all the fields each time multiplied that traffic on the slots' few lines
+    // of L2. The result is the same: a summary is returned only once each of its
+    // fields carries the tag.
     __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag) {
         const volatile u64* vs = reinterpret_cast<const volatile u64*>(slot);
         S v;
         u32* f = reinterpret_cast<u32*>(&v);
         for (u32 spins = 0;; ++spins) {
-            bool ready = true;
+            const u64 last = vs[kFields - 1u];
+            bool ready = (u32)(last >> 32) == tag;
+            if (ready) {
+                f[kFields - 1u] = (u32)last;
 #pragma unroll
-            for (u32 k = 0; k < kFields; ++k) {
-                const u64 word = vs[k];
-                f[k] = (u32)word;
-                ready &= (u32)(word >> 32) == tag;
+                for (u32 k = 0; k + 1u < kFields; ++k) {
+                    const u64 word = vs[k];
+                    f[k] = (u32)word;
+                    ready &= (u32)(word >> 32) == tag;
+                }
             }
             if (ready) return v;
             if (spins == kSpinLimit) __trap();
