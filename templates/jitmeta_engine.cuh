@@ -525,22 +525,22 @@ struct Engine : F {
         for (u32 k = 0; k < kFields; ++k) vs[k] = (u64)tag << 32 | f[k];
     }
 
-    // Polls the field published last alone, and reads the others once it carries the
-    // tag: while a large grid waits, every block's waiting threads poll every slot, and
-    // reading all the fields each time multiplied that traffic on the slots' few lines
-    // of L2. The result is the same: a summary is returned only once each of its
-    // fields carries the tag.
-    __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag) {
+    // In a grid of more than 32 blocks (up to four warps of every block poll) a slot of
+    // four fields or more is polled by the field published last alone, and the others
+    // are read once it carries the tag: reading every field each time multiplied the
+    // traffic on the slots' few lines of L2, while with fewer fields or pollers the
+    // extra read once it is there costs more than it saves (docs/benchmarks/experiments:
+    // "Polling one field of a slot"). A summary is returned only once each field
+    // carries the tag.
+    __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag, bool crowded) {
         const volatile u64* vs = reinterpret_cast<const volatile u64*>(slot);
         S v;
         u32* f = reinterpret_cast<u32*>(&v);
         for (u32 spins = 0;; ++spins) {
-            const u64 last = vs[kFields - 1u];
-            bool ready = (u32)(last >> 32) == tag;
+            bool ready = kFields < 4u || !crowded || (u32)(vs[kFields - 1u] >> 32) == tag;
             if (ready) {
-                f[kFields - 1u] = (u32)last;
 #pragma unroll
-                for (u32 k = 0; k + 1u < kFields; ++k) {
+                for (u32 k = 0; k < kFields; ++k) {
                     const u64 word = vs[k];
                     f[k] = (u32)word;
                     ready &= (u32)(word >> 32) == tag;
@@ -943,7 +943,8 @@ struct Engine : F {
         // thread reads them between two barriers (the second: the row queue reuses the
         // scratch). Larger grids take the block scan.
         S slot = S::identity(), carry, all;
-        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
+        if (threadIdx.x < grid)
+            slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u, grid > 32u);
         if (grid <= 32u) {  // uniform
             if (warp == 0u) {
                 const S inc = warp_inclusive_scan(slot);
