@@ -112,7 +112,7 @@ for stage in $stages; do
       # host cost per eager call, this version against the one in .before/, the same
       # script (public API only, --no-breakdown), alternating, twice each
       install_before || { rc=1; continue; }
-      for i in 1 2; do
+      for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
         for which in before after; do
           as_version $which timeout 120 python3 "$repo/bench/benchmark_host.py" \
               --no-breakdown --json "$OUT/hostcmp-$which-$i.json" \
@@ -160,7 +160,7 @@ for stage in $stages; do
       # set to FLAGAB_A (default: --Ofast-compile=0, NVRTC's full optimization) and to
       # FLAGAB_B (default: --Ofast-compile=min), each with its own kernel cache,
       # alternating, twice each; a record per run under $OUT/flagab-{a,b}-{1,2}/
-      for i in 1 2; do
+      for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
         for which in a b; do
           flags=${FLAGAB_A:---Ofast-compile=0}
           [ "$which" = b ] && flags=${FLAGAB_B:---Ofast-compile=min}
@@ -176,11 +176,12 @@ for stage in $stages; do
       # kernels A/B: the metadata benchmark (no tuning table) of the version in .before/
       # and of this one, each with its own kernel cache, alternating, twice each; a record
       # per run under $OUT/kernelab-{before,after}-{1,2}/ and its last lines here
-      # (KERNELAB_BATCHES: a comma list of batches instead of the default). The device
+      # (KERNELAB_BATCHES: a comma list of batches instead of the default; KERNELAB_RUNS:
+      # runs of each version instead of 2). The device
       # brings back only a few files per call: the logs stay there. The records name
       # JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT ("before" if unset).
       install_before || { rc=1; continue; }
-      for i in 1 2; do
+      for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
         for which in before after; do
           mkdir -p "$OUT/kernelab-$which-$i"
           commit=${JITMETA_BENCH_COMMIT:-}
