@@ -174,12 +174,12 @@ for stage in $stages; do
       done ;;
     kernelab)
       # kernels A/B: the metadata benchmark (no tuning table) of the version in .before/
-      # and of this one, each with its own kernel cache, alternating, twice each; a record
-      # per run under $OUT/kernelab-{before,after}-{1,2}/ and its last lines here
-      # (KERNELAB_BATCHES: a comma list of batches instead of the default; KERNELAB_RUNS:
-      # runs of each version instead of 2). The device
-      # brings back only a few files per call: the logs stay there. The records name
-      # JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT ("before" if unset).
+      # and of this one, each with its own kernel cache, alternating, twice each
+      # (KERNELAB_RUNS times); a record per run under $OUT/kernelab-{before,after}-N/ and
+      # its last lines here (KERNELAB_BATCHES: a comma list of batches instead of the
+      # default). The device brings back only a few files per call: the logs stay there.
+      # The records name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT
+      # ("before" if unset).
       install_before || { rc=1; continue; }
       for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
         for which in before after; do
