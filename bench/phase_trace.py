@@ -102,7 +102,7 @@ EDITS = [
     ("chunked", "        if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;\n",
      "        jitmeta_mark(%d, true);\n{a}" % EXCHANGED),
     ("chunked", "                                    ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
-    ("chunked", "            slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u, grid > 32u);\n",
+    ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
      "{a}        jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
      "                         mult, num_sms, out, sc);\n",

@@ -525,26 +525,17 @@ struct Engine : F {
         for (u32 k = 0; k < kFields; ++k) vs[k] = (u64)tag << 32 | f[k];
     }
 
-    // In a grid of more than 32 blocks (up to four warps of every block poll) a slot of
-    // four fields or more is polled by the field published last alone, and the others
-    // are read once it carries the tag: reading every field each time multiplied the
-    // traffic on the slots' few lines of L2, while with fewer fields or pollers the
-    // extra read once it is there costs more than it saves (docs/benchmarks/experiments:
-    // "Polling one field of a slot"). A summary is returned only once each field
-    // carries the tag.
-    __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag, bool crowded) {
+    __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag) {
         const volatile u64* vs = reinterpret_cast<const volatile u64*>(slot);
         S v;
         u32* f = reinterpret_cast<u32*>(&v);
         for (u32 spins = 0;; ++spins) {
-            bool ready = kFields < 4u || !crowded || (u32)(vs[kFields - 1u] >> 32) == tag;
-            if (ready) {
+            bool ready = true;
 #pragma unroll
-                for (u32 k = 0; k < kFields; ++k) {
-                    const u64 word = vs[k];
-                    f[k] = (u32)word;
-                    ready &= (u32)(word >> 32) == tag;
-                }
+            for (u32 k = 0; k < kFields; ++k) {
+                const u64 word = vs[k];
+                f[k] = (u32)word;
+                ready &= (u32)(word >> 32) == tag;
             }
             if (ready) return v;
             if (spins == kSpinLimit) __trap();
@@ -943,8 +934,7 @@ struct Engine : F {
         // thread reads them between two barriers (the second: the row queue reuses the
         // scratch). Larger grids take the block scan.
         S slot = S::identity(), carry, all;
-        if (threadIdx.x < grid)
-            slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u, grid > 32u);
+        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
         if (grid <= 32u) {  // uniform
             if (warp == 0u) {
                 const S inc = warp_inclusive_scan(slot);
