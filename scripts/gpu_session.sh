@@ -112,6 +112,14 @@ for stage in $stages; do
       # host cost per eager call, this version against the one in .before/, the same
       # script (public API only, --no-breakdown), alternating, twice each
       install_before || { rc=1; continue; }
+      # each version's cubins first, compiled on every core, so that a timed run only
+      # loads them (a cold run with 2^24 batches outlasted its timeout)
+      for which in before after; do
+        as_version $which timeout 300 python3 -m jitmeta.cache_tools.cli warm --device 0 \
+            --num-sms 132 --batch "${KERNELAB_BATCHES:-1,1024,4096,8192,16384,65536,1048576,16777216}" \
+            --next-n 1,2 --varlen both --format all > /tmp/kernelab-warm-$which.log 2>&1 \
+            || { echo "kernelab warm $which failed:"; tail -5 /tmp/kernelab-warm-$which.log; }
+      done
       for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
         for which in before after; do
           as_version $which timeout 120 python3 "$repo/bench/benchmark_host.py" \
@@ -181,6 +189,14 @@ for stage in $stages; do
       # The records name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT
       # ("before" if unset).
       install_before || { rc=1; continue; }
+      # each version's cubins first, compiled on every core, so that a timed run only
+      # loads them (a cold run with 2^24 batches outlasted its timeout)
+      for which in before after; do
+        as_version $which timeout 300 python3 -m jitmeta.cache_tools.cli warm --device 0 \
+            --num-sms 132 --batch "${KERNELAB_BATCHES:-1,1024,4096,8192,16384,65536,1048576,16777216}" \
+            --next-n 1,2 --varlen both --format all > /tmp/kernelab-warm-$which.log 2>&1 \
+            || { echo "kernelab warm $which failed:"; tail -5 /tmp/kernelab-warm-$which.log; }
+      done
       for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
         for which in before after; do
           mkdir -p "$OUT/kernelab-$which-$i"
