@@ -112,15 +112,7 @@ for stage in $stages; do
       # host cost per eager call, this version against the one in .before/, the same
       # script (public API only, --no-breakdown), alternating, twice each
       install_before || { rc=1; continue; }
-      # each version's cubins first, compiled on every core, so that a timed run only
-      # loads them (a cold run with 2^24 batches outlasted its timeout)
-      for which in before after; do
-        as_version $which timeout 300 python3 -m jitmeta.cache_tools.cli warm --device 0 \
-            --num-sms 132 --batch "${KERNELAB_BATCHES:-1,1024,4096,8192,16384,65536,1048576,16777216}" \
-            --next-n 1,2 --varlen both --format all > /tmp/kernelab-warm-$which.log 2>&1 \
-            || { echo "kernelab warm $which failed:"; tail -5 /tmp/kernelab-warm-$which.log; }
-      done
-      for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
+      for i in 1 2; do
         for which in before after; do
           as_version $which timeout 120 python3 "$repo/bench/benchmark_host.py" \
               --no-breakdown --json "$OUT/hostcmp-$which-$i.json" \
@@ -168,7 +160,7 @@ for stage in $stages; do
       # set to FLAGAB_A (default: --Ofast-compile=0, NVRTC's full optimization) and to
       # FLAGAB_B (default: --Ofast-compile=min), each with its own kernel cache,
       # alternating, twice each; a record per run under $OUT/flagab-{a,b}-{1,2}/
-      for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
+      for i in 1 2; do
         for which in a b; do
           flags=${FLAGAB_A:---Ofast-compile=0}
           [ "$which" = b ] && flags=${FLAGAB_B:---Ofast-compile=min}
