@@ -174,19 +174,24 @@ for stage in $stages; do
       done ;;
     kernelab)
       # kernels A/B: the metadata benchmark (no tuning table) of the version in .before/
-      # and of this one, each with its own kernel cache, alternating, twice each
-      # (KERNELAB_RUNS times); a record per run under $OUT/kernelab-{before,after}-N/ and
+      # and of this one, each with its own kernel cache, alternating, KERNELAB_RUNS
+      # times each (default 2); a record per run under $OUT/kernelab-{before,after}-N/ and
       # its last lines here (KERNELAB_BATCHES: a comma list of batches instead of the
       # default). The device brings back only a few files per call: the logs stay there.
       # The records name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT
       # ("before" if unset).
       install_before || { rc=1; continue; }
       # each version's cubins first, compiled on every core, so that a timed run only
-      # loads them (a cold run with 2^24 batches outlasted its timeout)
+      # loads them (a cold run with 2^24 batches outlasted its timeout); the shapes are
+      # the benchmark's own (its batches, next_n values and SM count)
+      warm_args=$(python3 -c "import sys; sys.path.insert(0, '$repo/bench')
+import benchmark_metadata as b
+n = sorted({b.mode_shape(m)[0] for m in b.MODES})
+print('--num-sms', b.NUM_SMS, '--batch', ','.join(map(str, b.BATCHES)), '--next-n', ','.join(map(str, n)))")
+      [ -n "${KERNELAB_BATCHES:-}" ] && warm_args="$warm_args --batch $KERNELAB_BATCHES"
       for which in before after; do
         as_version $which timeout 300 python3 -m jitmeta.cache_tools.cli warm --device 0 \
-            --num-sms 132 --batch "${KERNELAB_BATCHES:-1,1024,4096,8192,16384,65536,1048576,16777216}" \
-            --next-n 1,2 --varlen both --format all > /tmp/kernelab-warm-$which.log 2>&1 \
+            $warm_args --varlen both --format all > /tmp/kernelab-warm-$which.log 2>&1 \
             || { echo "kernelab warm $which failed:"; tail -5 /tmp/kernelab-warm-$which.log; }
       done
       for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
