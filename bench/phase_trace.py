@@ -10,8 +10,9 @@ start to the last block's end. The barriers the marks add cost a little; the fig
 say where the time goes, not what a call costs (bench/benchmark_metadata.py does).
 
 Marks (chunked): entry (after the dependency wait), each stored slab loaded (the
-last one's kept), phase 1 done (before the block publishes its slot), every slot seen,
-the exchange done (carry known), end; and, summed per block over phase 2, the resident
+last one's kept), phase 1 done (before the block publishes its slot), every slot seen
+(past 32 blocks: by the block counted in last, and by the others their result), the
+exchange done (carry known), end; and, summed per block over phase 2, the resident
 slab's rows, the reloads of stored slabs and their rows, and the reloaded parts of
 register slabs with their rows. Static: entry, tile loaded, tile scanned, end.
 
@@ -99,11 +100,17 @@ EDITS = [
      "            kept = scan_tile(" % LOADED),
     ("chunked", "        if (threadIdx.x == 0) publish(slot_of(ws, g), mine, epoch + 1u);\n",
      "        jitmeta_mark(%d, true);\n{a}" % PHASE1),
-    ("chunked", "        if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;\n",
+    ("chunked", "        if (j0 == j1) return;\n\n        // Phase 2",
      "        jitmeta_mark(%d, true);\n{a}" % EXCHANGED),
     ("chunked", "                                    ws, scratch);\n", "{a}    jitmeta_mark(%d, true);\n" % END),
-    ("chunked", "        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
-     "{a}        jitmeta_mark(%d, true);\n" % WAITED),
+    # every slot seen (up to 32 blocks; past that, by the block counted in last), or
+    # this block's result seen (the other blocks past 32)
+    ("chunked", "\n            if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
+     "{a}            jitmeta_mark(%d, true);\n" % WAITED),
+    ("chunked", "\n                if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
+     "{a}                jitmeta_mark(%d, true);\n" % WAITED),
+    ("chunked", "                if (threadIdx.x == THREADS - 1u) sc.warp[0] = wait_slot(res + kSlotWords, epoch + 1u);\n",
+     "{a}                jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
      "                         mult, num_sms, out, sc);\n",
      "            unsigned long long jm_t = jitmeta_begin();\n{a}"

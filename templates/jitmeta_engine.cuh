@@ -483,24 +483,32 @@ struct Engine : F {
     //
     // Workspace (u32 words, zeroed once when allocated, used by one launch at a time):
     //   [0]                      epoch: how many launches have used it (mod 2^32)
+    //   [1]                      blocks of this launch that have published (grids of
+    //                            more than 32 blocks; back to 0 when the launch ends)
     //   [4 + kSlotWords g, ...)  slot of block g < kMaxGrid: one 64-bit word per 32-bit
     //                            summary field, (tag << 32) | field, tag = epoch + 1
     //                            once published
+    //   [kResultBase + 2 kSlotWords g, ...)
+    //                            result of block g (grids of more than 32 blocks): its
+    //                            carry-in, then at + kSlotWords the grand total, as
+    //                            tagged 64-bit words like a slot's
     //   [kSlabBase, ...)         summary of every slab, sizeof(S) / 4 words each
     //   [part_base(slabs), ...)  register slabs (kRegSlabs): the summary of each warp's
     //                            part of every slab, [slab][warp] (written only for the
     //                            slabs summarized in registers)
     // A launch reads the epoch, publishes its slot with tag epoch + 1 and waits for that
-    // tag in every field of every slot; block 0 advances the epoch once it has seen them
-    // all (so every block has read it). Each 64-bit word is written and read whole
+    // tag in every field of every slot (or, past 32 blocks, of its result); the epoch is
+    // advanced once every slot is known to be published (so every block has read it). Each 64-bit word is written and read whole
     // (single-copy atomic), so a field carrying this launch's tag is this launch's value:
     // no fence and no second read. Slots sit at fixed places whatever the grid and
     // nothing else is ever written there, so a stale tag is never ahead of the epoch and
     // no reset is needed.
     static constexpr u32 kSlotWords = F::kSlotWords;
     static constexpr u32 kMaxGrid = 1024;
+    static constexpr u32 kCountWord = 1u;
     static constexpr u32 kSlotBase = 4u;
-    static constexpr u32 kSlabBase = kSlotBase + kSlotWords * kMaxGrid;
+    static constexpr u32 kResultBase = kSlotBase + kSlotWords * kMaxGrid;
+    static constexpr u32 kSlabBase = kResultBase + 2u * kSlotWords * kMaxGrid;
     static constexpr u32 kSpinLimit = 1u << 24;  // ~1 s of polling: then trap, never hang
     static constexpr u32 kFields = sizeof(S) / 4;
     static_assert(sizeof(S) % 4 == 0, "a summary is a whole number of 32-bit fields");
@@ -516,6 +524,10 @@ struct Engine : F {
 
     __device__ __forceinline__ static u32* slot_of(u32* ws, u32 g) {
         return ws + kSlotBase + kSlotWords * g;
+    }
+    // block g's result: its carry-in, then (result_of(ws, g) + kSlotWords) the grand total
+    __device__ __forceinline__ static u32* result_of(u32* ws, u32 g) {
+        return ws + kResultBase + 2u * kSlotWords * g;
     }
 
     __device__ __forceinline__ static void publish(u32* slot, const S& v, u32 tag) {
@@ -927,15 +939,15 @@ struct Engine : F {
         };
         S group = slab_group(0u);
 
-        // Thread l waits for slot l; a scan of the slots gives this block's carry-in (the
-        // composition of the blocks before it) and the grand total. In a grid of at most
-        // 32 blocks the slots are in warp 0, which scans them alone (shuffles, no block
-        // scan) and leaves the carry in broadcast[0] and the total in warp[0]; every
-        // thread reads them between two barriers (the second: the row queue reuses the
-        // scratch). Larger grids take the block scan.
+        // The exchange: this block's carry-in (the composition of the blocks before it)
+        // and the grand total, from a scan of the slots.
         S slot = S::identity(), carry, all;
-        if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
         if (grid <= 32u) {  // uniform
+            // Thread l of warp 0 waits for slot l, and warp 0 scans them alone (shuffles,
+            // no block scan), leaving the carry in broadcast[0] and the total in warp[0];
+            // every thread reads them between two barriers (the second: the row queue
+            // reuses the scratch). Block 0 advances the epoch once it has seen them all.
+            if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
             if (warp == 0u) {
                 const S inc = warp_inclusive_scan(slot);
                 const S exc = warp_exclusive(inc);  // every lane shuffles
@@ -948,13 +960,43 @@ struct Engine : F {
             carry = sc.broadcast[0];
             all = sc.warp[0];
             __syncthreads();
+            if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         } else {
-            const S before = block_exclusive_scan(slot, sc, &all);
-            if (threadIdx.x == g) sc.broadcast[0] = before;
-            __syncthreads();
-            carry = sc.broadcast[0];
+            // Past 32 blocks, every block polling every slot crowds the few L2 lines that
+            // hold them, and the last slot is seen microseconds after its publish. So
+            // each block counts itself in once its slot is out, and the block counted
+            // last (every slot is out: it waits for the tags only until the stores land)
+            // scans the slots and leaves each block its carry and the total in that
+            // block's result, which only that block polls (two threads: one each). The
+            // last block then advances the epoch (every block has counted in, so has
+            // read it) and sets the count back to 0 for the next launch.
+            u32 counted = 0u;
+            if (threadIdx.x == 0) counted = atomicAdd(ws + kCountWord, 1u) + 1u;
+            if (__syncthreads_or(counted == grid)) {  // uniform: this block came last
+                if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
+                const S before = block_exclusive_scan(slot, sc, &all);
+                if (threadIdx.x < grid && threadIdx.x != g) {
+                    u32* res = result_of(ws, threadIdx.x);
+                    publish(res, before, epoch + 1u);
+                    publish(res + kSlotWords, all, epoch + 1u);
+                }
+                if (threadIdx.x == g) sc.broadcast[0] = before;
+                if (threadIdx.x == 0) {
+                    static_cast<volatile u32*>(ws)[kCountWord] = 0u;
+                    *static_cast<volatile u32*>(ws) = epoch + 1u;
+                }
+                __syncthreads();
+                carry = sc.broadcast[0];
+            } else {
+                const u32* res = result_of(ws, g);
+                if (threadIdx.x == 0) sc.broadcast[0] = wait_slot(res, epoch + 1u);
+                if (threadIdx.x == THREADS - 1u) sc.warp[0] = wait_slot(res + kSlotWords, epoch + 1u);
+                __syncthreads();
+                carry = sc.broadcast[0];
+                all = sc.warp[0];  // (the row queue is empty, as above)
+                __syncthreads();
+            }
         }
-        if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         if (j0 == j1) return;
 
         // Phase 2: the slabs holding an SM start (and the last slab of all). The one

@@ -34,6 +34,7 @@ SLABS = (1024, 2048, 4096)     # the slab sizes of the policy, smallest first
 MAX_BLOCKS = 1024              # blocks of a chunked launch at most
 EPOCH = 4                      # workspace words before the block slots
 SLOT = 8                       # workspace words of one block's slot
+SLOTS = 3                      # slots per block: what it publishes, its carry-in, the total
 
 
 # --- the formulas -----------------------------------------------------------------------
@@ -64,11 +65,12 @@ def chunked_bytes(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
 
 
 def workspace(batch: int, chunk: int, varlen: bool, threads: int = 0) -> int:
-    """Words of the chunked workspace: epoch, 1024 slots, one summary per slab; slabs
+    """Words of the chunked workspace: epoch and count, 3 slots for each of 1024 blocks,
+    one summary per slab; slabs
     of 8 elements per thread also keep one summary per warp of 32 threads and slab,
     starting at an even word."""
     slabs = -(-batch // chunk)
-    words = EPOCH + SLOT * MAX_BLOCKS + slabs * summary_bytes(varlen) // 4
+    words = EPOCH + SLOTS * SLOT * MAX_BLOCKS + slabs * summary_bytes(varlen) // 4
     if threads and chunk == 8 * threads:
         words += words % 2 + slabs * (threads // 32) * summary_bytes(varlen) // 4
     return words

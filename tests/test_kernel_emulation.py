@@ -230,8 +230,9 @@ def test_chunked_any_grid_is_exact():
 
 
 def test_chunked_exchange_past_one_warp_of_blocks():
-    """The exchange scans one slot per block, in warp 0 for grids of up to 32 blocks and
-    with a block scan past that: grids on either side of 32 blocks, every format, dense
+    """The exchange scans one slot per block, in warp 0 of every block for grids of up
+    to 32 blocks; past that, the block counted in last scans them and hands each block
+    its carry and the total: grids on either side of 32 blocks, every format, dense
     and varlen."""
     rng, g = rngs("exchange grids")
     cases = []
@@ -245,11 +246,16 @@ def test_chunked_exchange_past_one_warp_of_blocks():
             for grid in (31, 32, 33, base.plan.grid):
                 cases.append(with_grid(base, grid, rng))
     check_all(cases, "chunked exchange of up to 32 blocks and more")
-    broken = [dataclasses.replace(c, source=mutate(
-        render(c.plan.code), [(r"sc\.broadcast\[0\] = before;",
-                               "sc.broadcast[0] = S::compose(before, slot);")]))
-        for c in cases if c.plan.grid > 32]
-    assert_mutant_caught("block carry includes its own blocks (grids past 32)", broken)
+    past = [c for c in cases if c.plan.grid > 32]
+    for name, edits in (
+            ("block carry includes its own blocks (grids past 32)",
+             [(r"publish\(res, before, ", "publish(res, S::compose(before, slot), "),
+              (r"sc\.broadcast\[0\] = before;", "sc.broadcast[0] = S::compose(before, slot);")]),
+            ("the total handed back is the carry (grids past 32)",
+             [(r"publish\(res \+ kSlotWords, all, ", "publish(res + kSlotWords, before, ")])):
+        broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), edits))
+                  for c in past]
+        assert_mutant_caught(name, broken)
     for name, edit in (
             ("block carry includes its own blocks (grids up to 32)",
              (r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")),
@@ -258,6 +264,31 @@ def test_chunked_exchange_past_one_warp_of_blocks():
         broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), [edit]))
                   for c in cases if c.plan.grid <= 32]
         assert_mutant_caught(name, broken)
+
+
+def test_chunked_calls_reuse_the_workspace():
+    """Calls made one after another on one workspace (as on a stream) tell their own
+    slots by the epoch, and past 32 blocks find the arrival count back at 0: three
+    calls of grids on either side of 32 blocks, every format, dense and varlen. Without
+    the count's reset the second call never sees its last block arrive (the kernel's
+    spin limit traps)."""
+    rng, g = rngs("repeated calls")
+    fast = [(r"kSpinLimit = 1u << 24;", "kSpinLimit = 1u << 16;")]  # trap sooner
+    cases = []
+    for varlen in (False, True):
+        for schedule in ("smxx", "sm100"):
+            base = make_case(rng, g, "chunked", varlen, schedule, rng.randint(40 * 32, 64 * 32),
+                             threads=64, chunk=32, sm_count=132)
+            for grid in (rng.randint(2, 32), base.plan.grid):
+                cases.append(with_grid(base, grid, rng, calls=3,
+                                       source=mutate(render(base.plan.code), fast)))
+    check_all(cases, "three calls on one workspace")
+    for case in cases:
+        if case.plan.grid <= 32:
+            continue
+        broken = mutate(case.source, [(r"static_cast<volatile u32\*>\(ws\)\[kCountWord\] = 0u;\n", "")])
+        with pytest.raises(EmulatorError, match="__trap"):
+            emulate_cases([dataclasses.replace(case, source=broken)])
 
 
 def test_block_without_slab_reads_the_epoch_before_it_publishes(monkeypatch):

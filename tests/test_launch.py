@@ -103,7 +103,7 @@ def test_schedule_call_derives_the_call_shape_from_its_plan():
     assert (launch.device, launch.function, launch.grid, launch.threads, launch.smem,
             launch.cooperative, launch.types) == (1, "e", 35, 256, 0, True, ARG_TYPES)
     assert isinstance(call, paged_mqa.ScheduleCall)
-    assert call.ws_words == kernels.workspace_words(p) == 4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4
+    assert call.ws_words == kernels.workspace_words(p) == 4 + 3 * 8 * 1024 + 35 * 4 + 35 * 8 * 4
     # static and forced dynamic: no workspace, not cooperative, dynamic smem at launch
     small = kernels.call(0, jitmeta.plan(100, 2, arch="sm_90", num_sms=8), "f")
     assert (small.launch.grid, small.launch.cooperative, small.ws_words) == (1, False, 0)
@@ -273,10 +273,10 @@ def test_stand_in_chunked_launch_arguments(stand_in):
     assert (p.code.capacity, p.grid, p.threads) == (2048, 35, 256)
     assert (emit["grid"], emit["threads"], emit["stream"]) == (p.grid, p.threads, 0x5000)
     assert emit["cooperative"] and not emit["pdl"] and emit["smem"] == 0
-    # the workspace: zeroed, at least 4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4 words (epoch,
-    # slots, slabs, the slabs' warp parts)
+    # the workspace: zeroed, at least 4 + 3 * 8 * 1024 + 35 * 4 + 35 * 8 * 4 words (epoch
+    # and count, three slots per block, slabs, the slabs' warp parts)
     buf = next(b for b in stand_in.allocations if ctypes.addressof(b) == ws)
-    assert len(buf) >= 4 * (4 + 8 * 1024 + 35 * 4 + 35 * 8 * 4) == launcher.ws_words * 4
+    assert len(buf) >= 4 * (4 + 3 * 8 * 1024 + 35 * 4 + 35 * 8 * 4) == launcher.ws_words * 4
     assert set(bytes(buf)) == {0}
     assert stand_in.current.get(threading.get_ident(), 0) == 0  # pushed, then popped
 

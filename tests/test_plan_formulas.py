@@ -197,25 +197,25 @@ def test_chunked_grid_by_hand():
 
 
 def test_workspace_words_by_hand():
-    # 4 epoch words + 8 words for each of 1024 block slots + one summary per slab:
-    # 1 word (dense) or 4 words (varlen, 16 B)
-    assert workspace_words(1, 8192, LAYOUT[False]) == 4 + 8192 + 1 == 8197
-    assert workspace_words(1, 8192, LAYOUT[True]) == 4 + 8192 + 4 == 8200
-    assert workspace_words(8193, 2048, LAYOUT[False]) == 4 + 8192 + 5 == 8201
-    assert workspace_words(8193, 2048, LAYOUT[True]) == 4 + 8192 + 5 * 4 == 8216
-    assert workspace_words(8193, 1024, LAYOUT[False]) == 4 + 8192 + 9 == 8205
-    assert workspace_words(135168, 1024, LAYOUT[True]) == 4 + 8192 + 132 * 4 == 8724
-    assert workspace_words(2**24, 8192, LAYOUT[False]) == 4 + 8192 + 2048 == 10244
-    assert workspace_words(2**24, 8192, LAYOUT[True]) == 4 + 8192 + 2048 * 4 == 16388
-    assert workspace_words(2**24 + 1, 8192, LAYOUT[False]) == 4 + 8192 + 2049 == 10245
-    assert workspace_words(2**24 + 1, 8192, LAYOUT[True]) == 4 + 8192 + 2049 * 4 == 16392
-    # 2**26 varlen tokens: 8192 slabs -> 4 + 8192 + 32768 = 40964 words, under 1 << 16
-    assert workspace_words(2**26, 8192, LAYOUT[True]) == 40964 < 1 << 16
+    # 4 words (epoch, count) + 3 slots of 8 words for each of 1024 blocks (24576) + one
+    # summary per slab: 1 word (dense) or 4 words (varlen, 16 B)
+    assert workspace_words(1, 8192, LAYOUT[False]) == 4 + 24576 + 1 == 24581
+    assert workspace_words(1, 8192, LAYOUT[True]) == 4 + 24576 + 4 == 24584
+    assert workspace_words(8193, 2048, LAYOUT[False]) == 4 + 24576 + 5 == 24585
+    assert workspace_words(8193, 2048, LAYOUT[True]) == 4 + 24576 + 5 * 4 == 24600
+    assert workspace_words(8193, 1024, LAYOUT[False]) == 4 + 24576 + 9 == 24589
+    assert workspace_words(135168, 1024, LAYOUT[True]) == 4 + 24576 + 132 * 4 == 25108
+    assert workspace_words(2**24, 8192, LAYOUT[False]) == 4 + 24576 + 2048 == 26628
+    assert workspace_words(2**24, 8192, LAYOUT[True]) == 4 + 24576 + 2048 * 4 == 32772
+    assert workspace_words(2**24 + 1, 8192, LAYOUT[False]) == 4 + 24576 + 2049 == 26629
+    assert workspace_words(2**24 + 1, 8192, LAYOUT[True]) == 4 + 24576 + 2049 * 4 == 32776
+    # 2**26 varlen tokens: 8192 slabs -> 4 + 24576 + 32768 = 57348 words, under 1 << 16
+    assert workspace_words(2**26, 8192, LAYOUT[True]) == 57348 < 1 << 16
     # slabs summed in registers (8 elements per thread) add a summary per warp and slab
-    # from an even word: 8197 is odd, so one word of padding
-    assert workspace_words(1, 8192, LAYOUT[False], 1024) == 8197 + 1 + 32 == 8230
-    assert workspace_words(1, 8192, LAYOUT[False], 512) == 8197  # 16 per thread
-    assert workspace_words(2**24, 8192, LAYOUT[True], 1024) == 16388 + 2048 * 32 * 4
+    # from an even word: 24581 is odd, so one word of padding
+    assert workspace_words(1, 8192, LAYOUT[False], 1024) == 24581 + 1 + 32 == 24614
+    assert workspace_words(1, 8192, LAYOUT[False], 512) == 24581  # 16 per thread
+    assert workspace_words(2**24, 8192, LAYOUT[True], 1024) == 32772 + 2048 * 32 * 4
 
 
 def test_static_threads_by_hand():
@@ -313,19 +313,19 @@ def test_family_workspace_words_of_a_plan():
                 if p.variant == "chunked" else 0)
         assert kernels.workspace_words(p) == want, (batch, varlen)
     # 2^24 varlen: 4096 slabs of 4096 at 512 threads (8 per thread: summed in
-    # registers) -> 4 + 8192 + 4096 * 4 = 24580 words, then 4096 * 16 warps * 4
+    # registers) -> 4 + 24576 + 4096 * 4 = 40964 words, then 4096 * 16 warps * 4
     assert kernels.workspace_words(run_plan(2**24, lim, True, knobs=Knobs())) \
-        == 24580 + 4096 * 16 * 4 == 286724
-    # 2^24 dense: 2048 slabs of 8192 at 1024 threads -> 4 + 8192 + 2048 = 10244 words,
+        == 40964 + 4096 * 16 * 4 == 303108
+    # 2^24 dense: 2048 slabs of 8192 at 1024 threads -> 4 + 24576 + 2048 = 26628 words,
     # then 2048 * 32 warps
     assert kernels.workspace_words(run_plan(2**24, lim, False, knobs=Knobs())) \
-        == 10244 + 2048 * 32 == 75780
+        == 26628 + 2048 * 32 == 92164
     # 70000 varlen: 35 slabs of 2048 at 256 threads (more than 132 * 256 tokens: 8
-    # tokens per thread) -> 4 + 8192 + 35 * 4 = 8336 words, then 35 * 8 warps * 4
+    # tokens per thread) -> 4 + 24576 + 35 * 4 = 24720 words, then 35 * 8 warps * 4
     assert kernels.workspace_words(run_plan(70000, lim, True, knobs=Knobs())) \
-        == 8336 + 35 * 8 * 4 == 9456
-    # 30000 varlen (below 132 * 256): 30 slabs of 1024 -> 4 + 8192 + 30 * 4 = 8316 words
-    assert kernels.workspace_words(run_plan(30000, lim, True, knobs=Knobs())) == 8316
+        == 24720 + 35 * 8 * 4 == 25840
+    # 30000 varlen (below 132 * 256): 30 slabs of 1024 -> 4 + 24576 + 30 * 4 = 24700 words
+    assert kernels.workspace_words(run_plan(30000, lim, True, knobs=Knobs())) == 24700
     dyn = run_plan(9000, lim, knobs=Knobs.from_values(JITMETA_VARIANT="dynamic"))
     assert dyn.variant == "dynamic" and kernels.workspace_words(dyn) == 0
     # a forced-dynamic plan may use the opt-in limit less its static part

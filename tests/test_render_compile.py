@@ -42,7 +42,7 @@ TEMPLATE = paged_mqa.TEMPLATE
 # assumed (checked by static_assert), and the packaged headers' text
 RENDER_VARS = {"code_name", "variant", "varlen", "schedule", "split_kv", "threads",
                "capacity", "rows_are_tokens", "format_type", "summary_bytes",
-               "scratch_bytes", "slot_words", "max_grid", "epoch_words", "tile_words",
+               "scratch_bytes", "slot_words", "max_grid", "epoch_words", "slab_base", "tile_words",
                "register_slabs", "headers"}
 # the engine, then the atom formats' header, inserted verbatim in this order
 HEADERS = (paged_mqa.ENGINE_HEADER, paged_mqa.FAMILY.header)

@@ -84,9 +84,9 @@ def test_sm100_figures():
     assert smem_static(1024, 256, varlen, 1024) == 1058 * 4 + 240 + 1024
     assert smem_chunked(8192, 1024, dense, 0) == 8450 * 4 + 34 * 8
     assert smem_dynamic(1, 1024, varlen, 1024) == (1840, 8)
-    # the epoch, 1024 slots of 16 words, 4 slabs of 6 words
-    assert workspace_words(4 * 8192, 8192, varlen) == 4 + 16 * 1024 + 4 * 6
-    assert workspace_words(8193, 8192, dense) == 4 + 8 * 1024 + 2 * 2
+    # the epoch and count, 3 slots of 16 words for each of 1024 blocks, 4 slabs of 6 words
+    assert workspace_words(4 * 8192, 8192, varlen) == 4 + 3 * 16 * 1024 + 4 * 6
+    assert workspace_words(8193, 8192, dense) == 4 + 3 * 8 * 1024 + 2 * 2
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[4][0]}-{c[1]}-"
@@ -157,9 +157,11 @@ def test_mismatched_python_constant_fails_to_compile(param, wrong, message):
 
 
 def test_smxx_slots_and_grid_are_unchanged():
-    """The shared engine keeps the smxx/sm90 workspace: 8-word slots, 1024 blocks."""
+    """The shared engine keeps the smxx/sm90 workspace: 8-word slots (three per block),
+    1024 blocks."""
     p = plan(10**5, 1, True, 132, 256, "smxx", limits_for_arch("sm_90"))
     params = dict(kernels.source(p.code).params)
     assert (params["slot_words"], params["max_grid"], params["summary_bytes"]) \
         == (8, MAX_GRID, 16)
-    assert workspace_words(10**5, 1024, _lay("smxx", True)) == 4 + 8 * 1024 + 98 * 4
+    assert params["slab_base"] == 4 + 3 * 8 * 1024
+    assert workspace_words(10**5, 1024, _lay("smxx", True)) == 4 + 3 * 8 * 1024 + 98 * 4

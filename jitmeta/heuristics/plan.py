@@ -40,6 +40,7 @@ __all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_bat
            "static_threads", "slab_threads",
            "VARIANTS", "MIN_STATIC_CAPACITY", "DEFAULT_THREADS", "DEFAULT_CHUNK",
            "SLAB_SIZES", "VARLEN_SLAB", "VARLEN_SLAB_FROM", "MAX_GRID", "EPOCH_WORDS",
+           "SLOTS_PER_BLOCK",
            "REG_PER_THREAD", "register_slabs",
            "workspace_words", "chunked_grid"]
 
@@ -67,6 +68,7 @@ VARLEN_SLAB = 2048
 VARLEN_SLAB_FROM = 256
 MAX_GRID = 1024     # blocks of a chunked launch at most
 EPOCH_WORDS = 4     # workspace words before the first slot (the epoch, padded)
+SLOTS_PER_BLOCK = 3  # workspace slots of a chunked block: its summary, its carry, the total
 REG_PER_THREAD = 8  # elements per thread of a chunked slab summed in registers
 WORD = 4  # bytes per element held in shared memory (one uint32 word)
 
@@ -158,13 +160,15 @@ def register_slabs(chunk: int, threads: int) -> bool:
 
 
 def workspace_words(batch: int, chunk: int, layout: TileLayout, threads: int = 0) -> int:
-    """uint32 words of the chunked workspace: the epoch (EPOCH_WORDS words), a slot for
-    each of up to MAX_GRID blocks, one summary per slab and, when the slabs are summed
+    """uint32 words of the chunked workspace: the epoch and the arrival count
+    (EPOCH_WORDS words), SLOTS_PER_BLOCK slots for each of up to MAX_GRID blocks (the
+    summary it publishes; its carry-in and the grand total, written back to it in grids
+    of more than 32 blocks), one summary per slab and, when the slabs are summed
     in registers at ``threads`` threads (:func:`register_slabs`), one per warp and slab
     after them, from an even word (the kernel's layout, and why the slots never move,
     are described in its header)."""
     slabs = -(-batch // chunk)
-    words = EPOCH_WORDS + layout.slot_words * MAX_GRID + slabs * layout.summary_bytes // WORD
+    words = EPOCH_WORDS + SLOTS_PER_BLOCK * layout.slot_words * MAX_GRID + slabs * layout.summary_bytes // WORD
     if threads and register_slabs(chunk, threads):
         words += words % 2 + slabs * (threads // 32) * layout.summary_bytes // WORD
     return words

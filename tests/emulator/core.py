@@ -373,7 +373,9 @@ class Case:
     ``misalign`` offsets the input arrays by that many bytes (a multiple of 4) from
     the 256-byte alignment of a fresh allocation, as a sliced tensor would be;
     ``seed`` picks the garbage that fresh shared memory, ``out`` and the workspace
-    hold; ``label`` names the case in error messages.
+    hold; ``label`` names the case in error messages; ``calls``: how many times the call
+    is made, one after another on the same buffers (the workspace left by one launch
+    is the next one's, as on a stream).
     """
 
     plan: Plan
@@ -384,12 +386,13 @@ class Case:
     seed: int = 0
     label: str = ""
     source: str | None = None
+    calls: int = 1
 
     @property
     def cost(self) -> int:
         """Rough emulation cost: threads x blocks of every launch."""
         p = self.plan
-        return p.grid * p.threads + 64
+        return (p.grid * p.threads + 64) * self.calls
 
     def describe(self) -> str:
         if self.label:
@@ -417,6 +420,9 @@ class Case:
             raise ValueError(f"{self.describe()}: misalign must be a multiple of 4 below 256")
         launches, ws_words = recorded_launches(p, kernels, batch, next_n, self.num_sms,
                                                varlen)
+        if self.calls < 1:
+            raise ValueError(f"{self.describe()}: calls must be at least 1")
+        launches = launches * self.calls
         out_words = (self.num_sms + 1) * 2
         blob = bytearray(struct.pack(
             "<9I", batch, next_n, self.num_sms, int(varlen), ws_words, out_words,
