@@ -483,13 +483,13 @@ struct Engine : F {
     //
     // Workspace (u32 words, zeroed once when allocated, used by one launch at a time):
     //   [0]                      epoch: how many launches have used it (mod 2^32)
-    //   [1]                      blocks of this launch that have published (grids of
-    //                            more than 32 blocks; back to 0 when the launch ends)
+    //   [1]                      blocks of this launch that have published (the
+    //                            counted exchange; back to 0 when the launch ends)
     //   [4 + kSlotWords g, ...)  slot of block g < kMaxGrid: one 64-bit word per 32-bit
     //                            summary field, (tag << 32) | field, tag = epoch + 1
     //                            once published
     //   [kResultBase + 2 kSlotWords g, ...)
-    //                            result of block g (grids of more than 32 blocks): its
+    //                            result of block g (the counted exchange): its
     //                            carry-in, then at + kSlotWords the grand total, as
     //                            tagged 64-bit words like a slot's
     //   [kSlabBase, ...)         summary of every slab, sizeof(S) / 4 words each
@@ -497,8 +497,9 @@ struct Engine : F {
     //                            part of every slab, [slab][warp] (written only for the
     //                            slabs summarized in registers)
     // A launch reads the epoch, publishes its slot with tag epoch + 1 and waits for that
-    // tag in every field of every slot (or, past 32 blocks, of its result); the epoch is
-    // advanced once every slot is known to be published (so every block has read it). Each 64-bit word is written and read whole
+    // tag in every field of every slot (or, in the counted exchange, of its result); the
+    // epoch is advanced once every slot is known to be published (so every block has
+    // read it). Each 64-bit word is written and read whole
     // (single-copy atomic), so a field carrying this launch's tag is this launch's value:
     // no fence and no second read. Slots sit at fixed places whatever the grid and
     // nothing else is ever written there, so a stale tag is never ahead of the epoch and
@@ -940,39 +941,53 @@ struct Engine : F {
         S group = slab_group(0u);
 
         // The exchange: this block's carry-in (the composition of the blocks before it)
-        // and the grand total, from a scan of the slots.
+        // and the grand total, from a scan of the slots. Two forms (`counted` is
+        // uniform, and constant false for summaries of fewer than 4 fields):
+        // * Every block waits for every slot, thread l for slot l, and scans them: in a
+        //   grid of at most 32 blocks warp 0 scans them alone (shuffles, no block scan),
+        //   leaving the carry in broadcast[0] and the total in warp[0], which every
+        //   thread reads between two barriers (the second: the row queue reuses the
+        //   scratch); larger grids take the block scan. Block 0 advances the epoch once
+        //   it has seen every slot.
+        // * Counted (summaries of 4 fields or more, past 32 blocks): 128 blocks polling
+        //   every slot's 4-6 words crowd the L2 lines that hold them, and the last slot
+        //   was seen microseconds after its publish. So each block counts itself in
+        //   once its slot is out, and the block counted last (every slot is out: it
+        //   waits for the tags only until the stores land) scans the slots and leaves
+        //   each block its carry and the total in that block's result, which only that
+        //   block polls (two threads: one each). The last block then advances the
+        //   epoch (every block has counted in, so has read it) and sets the count back
+        //   to 0 for the next launch. With one or two fields the polling costs less
+        //   than this chain of round trips (atomic, slots, results), so dense keeps the
+        //   first form.
         S slot = S::identity(), carry, all;
-        if (grid <= 32u) {  // uniform
-            // Thread l of warp 0 waits for slot l, and warp 0 scans them alone (shuffles,
-            // no block scan), leaving the carry in broadcast[0] and the total in warp[0];
-            // every thread reads them between two barriers (the second: the row queue
-            // reuses the scratch). Block 0 advances the epoch once it has seen them all.
+        const bool counted = kFields >= 4u && grid > 32u;
+        if (!counted) {
             if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
-            if (warp == 0u) {
-                const S inc = warp_inclusive_scan(slot);
-                const S exc = warp_exclusive(inc);  // every lane shuffles
-                const S tot = inc.shfl(31);
-                if (lane == g) sc.broadcast[0] = exc;
-                if (lane == 0u) sc.warp[0] = tot;  // (the row queue is empty: the last
-                                                   // slab's scan emptied it)
+            if (grid <= 32u) {  // uniform
+                if (warp == 0u) {
+                    const S inc = warp_inclusive_scan(slot);
+                    const S exc = warp_exclusive(inc);  // every lane shuffles
+                    const S tot = inc.shfl(31);
+                    if (lane == g) sc.broadcast[0] = exc;
+                    if (lane == 0u) sc.warp[0] = tot;  // (the row queue is empty: the
+                                                       // last slab's scan emptied it)
+                }
+                __syncthreads();
+                carry = sc.broadcast[0];
+                all = sc.warp[0];
+                __syncthreads();
+            } else {
+                const S before = block_exclusive_scan(slot, sc, &all);
+                if (threadIdx.x == g) sc.broadcast[0] = before;
+                __syncthreads();
+                carry = sc.broadcast[0];
             }
-            __syncthreads();
-            carry = sc.broadcast[0];
-            all = sc.warp[0];
-            __syncthreads();
             if (g == 0 && threadIdx.x == 0) *static_cast<volatile u32*>(ws) = epoch + 1u;
         } else {
-            // Past 32 blocks, every block polling every slot crowds the few L2 lines that
-            // hold them, and the last slot is seen microseconds after its publish. So
-            // each block counts itself in once its slot is out, and the block counted
-            // last (every slot is out: it waits for the tags only until the stores land)
-            // scans the slots and leaves each block its carry and the total in that
-            // block's result, which only that block polls (two threads: one each). The
-            // last block then advances the epoch (every block has counted in, so has
-            // read it) and sets the count back to 0 for the next launch.
-            u32 counted = 0u;
-            if (threadIdx.x == 0) counted = atomicAdd(ws + kCountWord, 1u) + 1u;
-            if (__syncthreads_or(counted == grid)) {  // uniform: this block came last
+            u32 arrived = 0u;
+            if (threadIdx.x == 0) arrived = atomicAdd(ws + kCountWord, 1u) + 1u;
+            if (__syncthreads_or(arrived == grid)) {  // uniform: this block came last
                 if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);
                 const S before = block_exclusive_scan(slot, sc, &all);
                 if (threadIdx.x < grid && threadIdx.x != g) {

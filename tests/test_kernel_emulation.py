@@ -231,9 +231,10 @@ def test_chunked_any_grid_is_exact():
 
 def test_chunked_exchange_past_one_warp_of_blocks():
     """The exchange scans one slot per block, in warp 0 of every block for grids of up
-    to 32 blocks; past that, the block counted in last scans them and hands each block
-    its carry and the total: grids on either side of 32 blocks, every format, dense
-    and varlen."""
+    to 32 blocks and with a block scan past that; varlen summaries (4 fields or more)
+    past 32 blocks take the counted exchange instead, where the block counted in last
+    scans the slots and hands each block its carry and the total: grids on either side
+    of 32 blocks, every format, dense and varlen."""
     rng, g = rngs("exchange grids")
     cases = []
     for varlen in (False, True):
@@ -246,29 +247,33 @@ def test_chunked_exchange_past_one_warp_of_blocks():
             for grid in (31, 32, 33, base.plan.grid):
                 cases.append(with_grid(base, grid, rng))
     check_all(cases, "chunked exchange of up to 32 blocks and more")
-    past = [c for c in cases if c.plan.grid > 32]
-    for name, edits in (
-            ("block carry includes its own blocks (grids past 32)",
-             [(r"publish\(res, before, ", "publish(res, S::compose(before, slot), "),
-              (r"sc\.broadcast\[0\] = before;", "sc.broadcast[0] = S::compose(before, slot);")]),
-            ("the total handed back is the carry (grids past 32)",
-             [(r"publish\(res \+ kSlotWords, all, ", "publish(res + kSlotWords, before, ")])):
-        broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), edits))
-                  for c in past]
-        assert_mutant_caught(name, broken)
-    for name, edit in (
+    own = (r"if \(threadIdx\.x == g\) sc\.broadcast\[0\] = before;",
+           "if (threadIdx.x == g) sc.broadcast[0] = S::compose(before, slot);")
+    for name, edits, varlen, past in (
+            ("block carry includes its own blocks (grids past 32, block scan)", [own], False,
+             True),
+            ("the carry handed back includes the block's own (counted)",
+             [(r"publish\(res, before, ", "publish(res, S::compose(before, slot), ")], True, True),
+            ("the last block's carry includes its own (counted)", [own], True, True),
+            ("the total handed back is the carry (counted)",
+             [(r"publish\(res \+ kSlotWords, all, ", "publish(res + kSlotWords, before, ")],
+             True, True),
             ("block carry includes its own blocks (grids up to 32)",
-             (r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")),
+             [(r"if \(lane == g\) sc\.broadcast\[0\] = exc;", "if (lane == g) sc.broadcast[0] = inc;")],
+             None, False),
             ("the grand total stops at block 15 (grids up to 32)",
-             (r"const S tot = inc\.shfl\(31\);", "const S tot = inc.shfl(15);"))):
-        broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), [edit]))
-                  for c in cases if c.plan.grid <= 32]
+             [(r"const S tot = inc\.shfl\(31\);", "const S tot = inc.shfl(15);")], None, False)):
+        broken = [dataclasses.replace(c, source=mutate(render(c.plan.code), edits))
+                  for c in cases if (c.plan.grid > 32) == past
+                  and varlen in (None, c.plan.code.varlen)]
+        assert broken, name
         assert_mutant_caught(name, broken)
 
 
 def test_chunked_calls_reuse_the_workspace():
     """Calls made one after another on one workspace (as on a stream) tell their own
-    slots by the epoch, and past 32 blocks find the arrival count back at 0: three
+    slots by the epoch, and in the counted exchange (varlen past 32 blocks) find the
+    arrival count back at 0: three
     calls of grids on either side of 32 blocks, every format, dense and varlen. Without
     the count's reset the second call never sees its last block arrive (the kernel's
     spin limit traps)."""
@@ -284,7 +289,7 @@ def test_chunked_calls_reuse_the_workspace():
                                        source=mutate(render(base.plan.code), fast)))
     check_all(cases, "three calls on one workspace")
     for case in cases:
-        if case.plan.grid <= 32:
+        if case.plan.grid <= 32 or not case.plan.code.varlen:  # not counted
             continue
         broken = mutate(case.source, [(r"static_cast<volatile u32\*>\(ws\)\[kCountWord\] = 0u;\n", "")])
         with pytest.raises(EmulatorError, match="__trap"):
