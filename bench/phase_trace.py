@@ -109,7 +109,7 @@ EDITS = [
      "{a}            jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "\n                if (threadIdx.x < grid) slot = wait_slot(slot_of(ws, threadIdx.x), epoch + 1u);\n",
      "{a}                jitmeta_mark(%d, true);\n" % WAITED),
-    ("chunked", "                if (threadIdx.x == THREADS - 1u) sc.warp[0] = wait_slot(res + kSlotWords, epoch + 1u);\n",
+    ("chunked", "                    sc.warp[0] = wait_slot<kResultStride>(res + kTotalOffset, epoch + 1u);\n",
      "{a}                jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
      "                         mult, num_sms, out, sc);\n",

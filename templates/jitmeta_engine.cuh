@@ -488,10 +488,11 @@ struct Engine : F {
     //   [4 + kSlotWords g, ...)  slot of block g < kMaxGrid: one 64-bit word per 32-bit
     //                            summary field, (tag << 32) | field, tag = epoch + 1
     //                            once published
-    //   [kResultBase + 2 kSlotWords g, ...)
-    //                            result of block g (the counted exchange): its
-    //                            carry-in, then at + kSlotWords the grand total, as
-    //                            tagged 64-bit words like a slot's
+    //   [kResultBase, + 2 kSlotWords kMaxGrid)
+    //                            results (the counted exchange): field k of block g's
+    //                            carry-in, then of the grand total (k + kFields), is the
+    //                            tagged 64-bit word k kMaxGrid + g, so that a warp's
+    //                            stores of one field to 32 blocks are contiguous
     //   [kSlabBase, ...)         summary of every slab, sizeof(S) / 4 words each
     //   [part_base(slabs), ...)  register slabs (kRegSlabs): the summary of each warp's
     //                            part of every slab, [slab][warp] (written only for the
@@ -526,18 +527,25 @@ struct Engine : F {
     __device__ __forceinline__ static u32* slot_of(u32* ws, u32 g) {
         return ws + kSlotBase + kSlotWords * g;
     }
-    // block g's result: its carry-in, then (result_of(ws, g) + kSlotWords) the grand total
+    // block g's carry-in (its fields kMaxGrid 64-bit words apart); the grand total is
+    // kFields fields further (kTotalOffset words)
+    static constexpr u32 kResultStride = kMaxGrid;  // in 64-bit words
+    static constexpr u32 kTotalOffset = 2u * kFields * kResultStride;
+    static_assert(2u * kFields <= kSlotWords, "results fit two slots per block");
     __device__ __forceinline__ static u32* result_of(u32* ws, u32 g) {
-        return ws + kResultBase + 2u * kSlotWords * g;
+        return ws + kResultBase + 2u * g;
     }
 
+    // Writes v's fields tagged, 64-bit words STRIDE words apart (1: a slot).
+    template <u32 STRIDE = 1u>
     __device__ __forceinline__ static void publish(u32* slot, const S& v, u32 tag) {
         volatile u64* vs = reinterpret_cast<volatile u64*>(slot);
         const u32* f = reinterpret_cast<const u32*>(&v);
 #pragma unroll
-        for (u32 k = 0; k < kFields; ++k) vs[k] = (u64)tag << 32 | f[k];
+        for (u32 k = 0; k < kFields; ++k) vs[k * STRIDE] = (u64)tag << 32 | f[k];
     }
 
+    template <u32 STRIDE = 1u>
     __device__ __forceinline__ static S wait_slot(const u32* slot, u32 tag) {
         const volatile u64* vs = reinterpret_cast<const volatile u64*>(slot);
         S v;
@@ -546,7 +554,7 @@ struct Engine : F {
             bool ready = true;
 #pragma unroll
             for (u32 k = 0; k < kFields; ++k) {
-                const u64 word = vs[k];
+                const u64 word = vs[k * STRIDE];
                 f[k] = (u32)word;
                 ready &= (u32)(word >> 32) == tag;
             }
@@ -955,7 +963,10 @@ struct Engine : F {
         //   once its slot is out, and the block counted last (every slot is out: it
         //   waits for the tags only until the stores land) scans the slots and leaves
         //   each block its carry and the total in that block's result, which only that
-        //   block polls (two threads: one each). The last block then advances the
+        //   block polls (two threads: one each). A result is laid out field-major, so
+        //   that the last block's warps store each field for 32 blocks in two lines
+        //   (block-major, each of those stores touched 32 lines). The last block then
+        //   advances the
         //   epoch (every block has counted in, so has read it) and sets the count back
         //   to 0 for the next launch. With one or two fields the polling costs less
         //   than this chain of round trips (atomic, slots, results), so dense keeps the
@@ -992,8 +1003,8 @@ struct Engine : F {
                 const S before = block_exclusive_scan(slot, sc, &all);
                 if (threadIdx.x < grid && threadIdx.x != g) {
                     u32* res = result_of(ws, threadIdx.x);
-                    publish(res, before, epoch + 1u);
-                    publish(res + kSlotWords, all, epoch + 1u);
+                    publish<kResultStride>(res, before, epoch + 1u);
+                    publish<kResultStride>(res + kTotalOffset, all, epoch + 1u);
                 }
                 if (threadIdx.x == g) sc.broadcast[0] = before;
                 if (threadIdx.x == 0) {
@@ -1004,8 +1015,9 @@ struct Engine : F {
                 carry = sc.broadcast[0];
             } else {
                 const u32* res = result_of(ws, g);
-                if (threadIdx.x == 0) sc.broadcast[0] = wait_slot(res, epoch + 1u);
-                if (threadIdx.x == THREADS - 1u) sc.warp[0] = wait_slot(res + kSlotWords, epoch + 1u);
+                if (threadIdx.x == 0) sc.broadcast[0] = wait_slot<kResultStride>(res, epoch + 1u);
+                if (threadIdx.x == THREADS - 1u)
+                    sc.warp[0] = wait_slot<kResultStride>(res + kTotalOffset, epoch + 1u);
                 __syncthreads();
                 carry = sc.broadcast[0];
                 all = sc.warp[0];  // (the row queue is empty, as above)
