@@ -500,11 +500,12 @@ struct Engine : F {
     // A launch reads the epoch, publishes its slot with tag epoch + 1 and waits for that
     // tag in every field of every slot (or, in the counted exchange, of its result); the
     // epoch is advanced once every slot is known to be published (so every block has
-    // read it). Each 64-bit word is written and read whole
-    // (single-copy atomic), so a field carrying this launch's tag is this launch's value:
-    // no fence and no second read. Slots sit at fixed places whatever the grid and
-    // nothing else is ever written there, so a stale tag is never ahead of the epoch and
-    // no reset is needed.
+    // read it). Each 64-bit word is written and read whole (single-copy atomic), so a
+    // field carrying this launch's tag is this launch's value:
+    // no fence and no second read. Slots and results sit at fixed places whatever the
+    // grid and nothing else is ever written there, so a stale tag is never ahead of the
+    // epoch and they need no reset (the count is set back to 0 by the launch that
+    // raised it).
     static constexpr u32 kSlotWords = F::kSlotWords;
     static constexpr u32 kMaxGrid = 1024;
     static constexpr u32 kCountWord = 1u;
@@ -966,11 +967,10 @@ struct Engine : F {
         //   block polls (two threads: one each). A result is laid out field-major, so
         //   that the last block's warps store each field for 32 blocks in two lines
         //   (block-major, each of those stores touched 32 lines). The last block then
-        //   advances the
-        //   epoch (every block has counted in, so has read it) and sets the count back
-        //   to 0 for the next launch. With one or two fields the polling costs less
-        //   than this chain of round trips (atomic, slots, results), so dense keeps the
-        //   first form.
+        //   advances the epoch (every block has counted in, so has read it) and sets
+        //   the count back to 0 for the next launch. With one or two fields the polling
+        //   costs less than this chain of round trips (atomic, slots, results), so
+        //   dense keeps the first form.
         S slot = S::identity(), carry, all;
         const bool counted = kFields >= 4u && grid > 32u;
         if (!counted) {
