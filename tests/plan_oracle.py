@@ -66,9 +66,8 @@ def chunked_bytes(chunk: int, threads: int, varlen: bool, reserved: int) -> int:
 
 def workspace(batch: int, chunk: int, varlen: bool, threads: int = 0) -> int:
     """Words of the chunked workspace: epoch and count, 3 slots for each of 1024 blocks,
-    one summary per slab; slabs
-    of 8 elements per thread also keep one summary per warp of 32 threads and slab,
-    starting at an even word."""
+    one summary per slab; slabs of 8 elements per thread also keep one summary per warp
+    of 32 threads and slab, starting at an even word."""
     slabs = -(-batch // chunk)
     words = EPOCH + SLOTS * SLOT * MAX_BLOCKS + slabs * summary_bytes(varlen) // 4
     if threads and chunk == 8 * threads:

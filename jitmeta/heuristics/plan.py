@@ -42,7 +42,7 @@ __all__ = ["Plan", "PlanError", "CodeSpec", "TileLayout", "plan", "codes_for_bat
            "SLAB_SIZES", "VARLEN_SLAB", "VARLEN_SLAB_FROM", "MAX_GRID", "EPOCH_WORDS",
            "SLOTS_PER_BLOCK",
            "REG_PER_THREAD", "register_slabs",
-           "workspace_words", "chunked_grid"]
+           "slab_base", "workspace_words", "chunked_grid"]
 
 VARIANTS = ("static", "dynamic", "chunked")
 MIN_STATIC_CAPACITY = 1024
@@ -159,16 +159,22 @@ def register_slabs(chunk: int, threads: int) -> bool:
     return chunk == REG_PER_THREAD * threads
 
 
+def slab_base(layout: TileLayout) -> int:
+    """The first workspace word after the block slots: the epoch and the arrival count
+    (EPOCH_WORDS words), then SLOTS_PER_BLOCK slots for each of up to MAX_GRID blocks
+    (the summary it publishes; its carry-in and the grand total, handed back to it in
+    the counted exchange of varlen grids of more than 32 blocks)."""
+    return EPOCH_WORDS + SLOTS_PER_BLOCK * layout.slot_words * MAX_GRID
+
+
 def workspace_words(batch: int, chunk: int, layout: TileLayout, threads: int = 0) -> int:
-    """uint32 words of the chunked workspace: the epoch and the arrival count
-    (EPOCH_WORDS words), SLOTS_PER_BLOCK slots for each of up to MAX_GRID blocks (the
-    summary it publishes; its carry-in and the grand total, written back to it in grids
-    of more than 32 blocks), one summary per slab and, when the slabs are summed
-    in registers at ``threads`` threads (:func:`register_slabs`), one per warp and slab
+    """uint32 words of the chunked workspace: the epoch, count and block slots
+    (:func:`slab_base`), one summary per slab and, when the slabs are summed in
+    registers at ``threads`` threads (:func:`register_slabs`), one per warp and slab
     after them, from an even word (the kernel's layout, and why the slots never move,
     are described in its header)."""
     slabs = -(-batch // chunk)
-    words = EPOCH_WORDS + SLOTS_PER_BLOCK * layout.slot_words * MAX_GRID + slabs * layout.summary_bytes // WORD
+    words = slab_base(layout) + slabs * layout.summary_bytes // WORD
     if threads and register_slabs(chunk, threads):
         words += words % 2 + slabs * (threads // 32) * layout.summary_bytes // WORD
     return words

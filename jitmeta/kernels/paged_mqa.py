@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from ..envs import Knobs
 from ..heuristics.arch import DeviceLimits
-from ..heuristics.plan import (EPOCH_WORDS, MAX_GRID, SLOTS_PER_BLOCK, CodeSpec, Plan,
-                               TileLayout, register_slabs,
+from ..heuristics.plan import (EPOCH_WORDS, MAX_GRID, CodeSpec, Plan, TileLayout,
+                               register_slabs, slab_base,
                                codes_for_batches as _codes, plan as _plan, smem_scratch,
                                workspace_words as _ws_words)
 from ..jit.source import POINTER, UINT32, KernelSource
@@ -102,8 +102,7 @@ class TileScheduleFamily:
             "summary_bytes": lay.summary_bytes,
             "scratch_bytes": smem_scratch(code.threads, lay),
             "slot_words": lay.slot_words, "max_grid": MAX_GRID,
-            "epoch_words": EPOCH_WORDS,
-            "slab_base": EPOCH_WORDS + SLOTS_PER_BLOCK * lay.slot_words * MAX_GRID,
+            "epoch_words": EPOCH_WORDS, "slab_base": slab_base(lay),
             "tile_words": lay.tile_alloc_words(code.capacity),
             # (a dynamic code has capacity 0: never register slabs)
             "register_slabs": register_slabs(code.capacity, code.threads),
