@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -95,16 +94,6 @@ def heavy_imports(argv: list[str], env: dict) -> list[str]:
     return [] if last == "-" else last.split()
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=11,
@@ -140,10 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
 
     meta = records.base_meta(argv, "benchmark_cli.py")
-    meta.update(device=f"CPU: {_cpu_model()}", cpus=os.cpu_count(),
-                load_average_before=[round(x, 2) for x in load_before],
-                load_average_after=[round(x, 2) for x in os.getloadavg()],
-                dry_run=False, launcher=shown_prefix(prefix), runs=args.runs,
+    meta.update(records.cpu_meta(load_before))
+    meta.update(dry_run=False, launcher=shown_prefix(prefix), runs=args.runs,
                 warmup_runs=1, target_ms=TARGET_MS)
     record = {"schema": records.SCHEMA, "kind": "cpu-cli", "meta": meta,
               "floor": {"argv": "python -c pass", "ms": floor},

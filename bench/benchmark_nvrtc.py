@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import subprocess
@@ -187,16 +186,6 @@ def _warm_once(cli_argv_for, jobs_note: str) -> float:
     return seconds
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="compiles per variant")
@@ -242,10 +231,8 @@ def main(argv=None) -> int:
         print(f"warm, run {i + 1}: {warm_runs[-1]:.2f} s", flush=True)
     shown = "jitmeta-cache " + " ".join(shlex.quote(a) for a in probe)
     meta = records.base_meta(argv, "benchmark_nvrtc.py")
-    meta.update(device=f"CPU: {_cpu_model()}", cpus=os.cpu_count(),
-                load_average_before=[round(x, 2) for x in load_before],
-                load_average_after=[round(x, 2) for x in os.getloadavg()],
-                dry_run=False, subset=bool(subset), subset_options=subset or None,
+    meta.update(records.cpu_meta(load_before))
+    meta.update(dry_run=False, subset=bool(subset), subset_options=subset or None,
                 jobs_per_variant=1, repeats=args.repeats, runs=args.runs)
     record = {"schema": records.SCHEMA, "kind": "cpu-nvrtc", "meta": meta,
               "variants": [{"name": v["name"], "ms": records.spread(v["samples"]),

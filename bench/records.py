@@ -128,6 +128,22 @@ def gpu_meta() -> dict:
             else "unknown", "torch": torch.__version__, "cuda": torch.version.cuda}
 
 
+def cpu_meta(load_before) -> dict:
+    """The build machine of a CPU record: CPU model, cores, and the load average before
+    (``load_before``, from ``os.getloadavg()``) and now."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"device": f"CPU: {model}", "cpus": os.cpu_count(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "unknown"
 
