@@ -210,6 +210,35 @@ class _NullDriver:
         return (0,)
 
 
+def _chunked_run_us(dispatch, state, out) -> float:
+    """``_run`` of a chunked call with ``out=`` (its workspace found, its cooperative
+    launch made): the C launcher stood in for by a Python function returning 0, a
+    workspace of the stream and a spare stood in for by fake addresses (nothing is
+    allocated or launched). Called with the stand-in driver in place."""
+    from jitmeta import kernels
+    from jitmeta.jit import workspace
+
+    p = jitmeta.plan(70000, 1, True, NUM_SMS, arch="sm_90")
+    assert p.variant == "chunked", p
+    ctx = torch.randint(0, 5000, (70000, 1), dtype=I32)
+    idx = (torch.arange(70000) // 2).to(I32)
+    runtime._c_launch = lambda *args: 0
+    call = kernels.call(0, p, 0x1000)  # (the C launcher takes a function's address)
+    saved = dict(workspace._workspaces), {k: list(v) for k, v in workspace._spares.items()}
+    ws = workspace.Workspace()
+    ws.buffers.append((0x10000, call.ws_words))
+    ws.ptr, ws.words = 0x10000, call.ws_words
+    workspace._workspaces[workspace.workspace_key(0, 0)] = ws
+    workspace._spares[0] = [(0x20000, call.ws_words)]
+    try:
+        return per_call_us(lambda: dispatch._run(call, state, ctx, idx, out, False))
+    finally:
+        workspace._workspaces.clear()
+        workspace._workspaces.update(saved[0])
+        workspace._spares.clear()
+        workspace._spares.update(saved[1])
+
+
 def cpu_figures() -> dict:
     """The CUDA path's Python work on CPU tensors, driver and CUDA allocator excluded:
     the eager call's own steps, measured on the real code with a stand-in driver."""
@@ -229,6 +258,7 @@ def cpu_figures() -> dict:
     try:
         run_eager = per_call_us(lambda: dispatch._run(call, state, ctx, None, None, False))
         run_out = per_call_us(lambda: dispatch._run(call, state, ctx, None, out, False))
+        run_chunked = _chunked_run_us(dispatch, state, out)
     finally:
         runtime._drv, dispatch._raw_stream, runtime._c_launch = saved[0], saved[2], saved[3]
         runtime._context_ids.clear()
@@ -263,6 +293,7 @@ def cpu_figures() -> dict:
         "fast-path checks + key lookup (out=)": per_call_us(lambda: fast_checks(out)),
         "_run incl. new_empty (CPU) + packing, null driver": run_eager,
         "_run with out=, null driver": run_out,
+        "chunked _run with out= (workspace, cooperative), null C launcher": run_chunked,
     }
     totals = {
         "eager": steps["is_compiling()"] + steps["knob values + state lookup"]
