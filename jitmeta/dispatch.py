@@ -240,8 +240,7 @@ def _run(call, state: _CallState, c, indices, out, pdl):
                 workspace.reserve_spare(dev, call.ws_words)  # a capture took the last one
             ws = workspace.stream_workspace(dev, stream)
             with ws.lock:  # one launch at a time uses this stream's workspace
-                # (the buffer in use is large enough: its address, with no call)
-                ptr = ws.ptr if call.ws_words <= ws.words else ws.pointer(
+                ptr = ws.ptr if call.ws_words <= ws.words else ws.grow(
                     dev, stream, call.ws_words, lambda: _capturing(dev),
                     f"a {call.plan.variant}-variant call")
                 call(c.data_ptr(), idx_ptr, out.data_ptr(), stream, ptr, pdl)

@@ -66,7 +66,9 @@ def _take_spare(device: int, words: int) -> tuple[int, int] | None:
 
 
 class Workspace:
-    """The buffers of one (device, stream); the newest is the one in use."""
+    """The buffers of one (device, stream); the newest is the one in use: ``ptr``, of
+    ``words`` zero-initialized uint32 words. A launch needing more calls :meth:`grow`
+    first (with ``lock`` held)."""
 
     __slots__ = ("lock", "buffers", "words", "ptr")
 
@@ -76,29 +78,29 @@ class Workspace:
         self.words = 0
         self.ptr = 0
 
-    def pointer(self, device: int, stream: int, words: int,
-                capturing: Callable[[], bool], what: str = "a kernel") -> int:
-        """Address of at least ``words`` zero-initialized uint32 words; call with
-        ``self.lock`` held. ``capturing()`` says whether ``stream`` is being captured
-        (asked only when the buffer must grow)."""
-        if words > self.words:
-            if capturing():
-                buf = _take_spare(device, words)
-                if buf is None:
-                    raise runtime.CaptureCompileError(
-                        f"jitmeta: {what} ({words} workspace words) is being captured on "
-                        f"stream {stream:#x} of cuda:{device}, which has no workspace, and "
-                        "nothing may be allocated during capture. Warm first: one eager "
-                        "call of the same kind on this device before capturing (any "
-                        f"stream), or jitmeta.warm(device={device}, load=True), reserves "
-                        "a workspace that the capture stream adopts; each new capture "
-                        "stream adopts one, and the next eager call or warm reserves the "
-                        "next (or run one eager call on the capture stream itself)")
-            else:
-                buf = _new_buffer(device, max(words, 2 * self.words, MIN_WORDS))
-                reserve_spare(device, words)
-            self.buffers.append(buf)
-            self.ptr, self.words = buf
+    def grow(self, device: int, stream: int, words: int, capturing: Callable[[], bool],
+             what: str = "a kernel") -> int:
+        """Make a buffer of at least ``words`` (more than ``self.words``) the one in use
+        and return its address; call with ``self.lock`` held. ``capturing()`` says
+        whether ``stream`` is being captured: then the device's spare is adopted, as
+        nothing may be allocated."""
+        if capturing():
+            buf = _take_spare(device, words)
+            if buf is None:
+                raise runtime.CaptureCompileError(
+                    f"jitmeta: {what} ({words} workspace words) is being captured on "
+                    f"stream {stream:#x} of cuda:{device}, which has no workspace, and "
+                    "nothing may be allocated during capture. Warm first: one eager "
+                    "call of the same kind on this device before capturing (any "
+                    f"stream), or jitmeta.warm(device={device}, load=True), reserves "
+                    "a workspace that the capture stream adopts; each new capture "
+                    "stream adopts one, and the next eager call or warm reserves the "
+                    "next (or run one eager call on the capture stream itself)")
+        else:
+            buf = _new_buffer(device, max(words, 2 * self.words, MIN_WORDS))
+            reserve_spare(device, words)
+        self.buffers.append(buf)
+        self.ptr, self.words = buf
         return self.ptr
 
 
