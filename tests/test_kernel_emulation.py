@@ -240,11 +240,14 @@ def test_chunked_exchange_past_one_warp_of_blocks():
     for varlen in (False, True):
         for schedule in ("smxx", "sm90", "sm100"):
             batch = rng.randint(40 * 32, 64 * 32)
-            # a few SMs or an H100's: SM starts inside the slabs, so that the mutants
-            # below show (with one SM or more SMs than work, a wrong total moves no row)
+            # a few SMs or an H100's, and work spread over the batch: SM starts inside
+            # the slabs, so that the mutants below show (with one SM, more SMs than
+            # work, no work at all or all of it in one token, a wrong carry or total
+            # moves no row)
             base = make_case(rng, g, "chunked", varlen, schedule, batch,
                              next_n=1 if varlen else rng.randint(1, 3), threads=64,
-                             chunk=32, sm_count=132, num_sms=rng.choice((3, 132)))
+                             chunk=32, sm_count=132, num_sms=rng.choice((3, 132)),
+                             length_kind=rng.choice(("ones", "edges", "mixed", "large")))
             assert base.plan.grid > 33, base.label
             for grid in (31, 32, 33, base.plan.grid):
                 cases.append(with_grid(base, grid, rng))
