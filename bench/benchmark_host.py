@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -222,21 +223,14 @@ def _chunked_run_us(dispatch, state, out) -> float:
     assert p.variant == "chunked", p
     ctx = torch.randint(0, 5000, (70000, 1), dtype=I32)
     idx = (torch.arange(70000) // 2).to(I32)
-    runtime._c_launch = lambda *args: 0
-    call = kernels.call(0, p, 0x1000)  # (the C launcher takes a function's address)
-    saved = dict(workspace._workspaces), {k: list(v) for k, v in workspace._spares.items()}
-    ws = workspace.Workspace()
-    ws.buffers.append((0x10000, call.ws_words))
-    ws.ptr, ws.words = 0x10000, call.ws_words
-    workspace._workspaces[workspace.workspace_key(0, 0)] = ws
-    workspace._spares[0] = [(0x20000, call.ws_words)]
-    try:
-        return per_call_us(lambda: dispatch._run(call, state, ctx, idx, out, False))
-    finally:
-        workspace._workspaces.clear()
-        workspace._workspaces.update(saved[0])
-        workspace._spares.clear()
-        workspace._spares.update(saved[1])
+    with mock.patch.object(runtime, "_c_launch", lambda *args: 0):
+        call = kernels.call(0, p, 0x1000)  # (the C launcher takes a function's address)
+        ws = workspace.Workspace()
+        ws.buffers.append((0x10000, call.ws_words))
+        ws.ptr, ws.words = 0x10000, call.ws_words
+        with mock.patch.dict(workspace._workspaces, {workspace.workspace_key(0, 0): ws}), \
+                mock.patch.dict(workspace._spares, {0: [(0x20000, call.ws_words)]}):
+            return per_call_us(lambda: dispatch._run(call, state, ctx, idx, out, False))
 
 
 def cpu_figures() -> dict:
@@ -248,21 +242,15 @@ def cpu_figures() -> dict:
     out = torch.empty(NUM_SMS + 1, 2, dtype=I32)
     p = jitmeta.plan(128, 1, False, NUM_SMS, arch="sm_90")
     state = dispatch._CallState(envs.snapshot())  # private: never seen by real calls
-    saved = (runtime._drv, dict(runtime._context_ids), dispatch._raw_stream,
-             runtime._c_launch)
-    runtime._drv = _NullDriver()
-    runtime._c_launch = None  # (the stand-in driver answers the cuda.bindings path)
-    call = kernels.call(0, p, "jitmeta_emit")
-    runtime._context_ids[0] = 0x1000
-    dispatch._raw_stream = lambda device: 0
-    try:
+    # (the stand-in driver answers the cuda.bindings path: no C launcher)
+    with mock.patch.object(runtime, "_drv", _NullDriver()), \
+            mock.patch.object(runtime, "_c_launch", None), \
+            mock.patch.dict(runtime._context_ids, {0: 0x1000}), \
+            mock.patch.object(dispatch, "_raw_stream", lambda device: 0):
+        call = kernels.call(0, p, "jitmeta_emit")
         run_eager = per_call_us(lambda: dispatch._run(call, state, ctx, None, None, False))
         run_out = per_call_us(lambda: dispatch._run(call, state, ctx, None, out, False))
         run_chunked = _chunked_run_us(dispatch, state, out)
-    finally:
-        runtime._drv, dispatch._raw_stream, runtime._c_launch = saved[0], saved[2], saved[3]
-        runtime._context_ids.clear()
-        runtime._context_ids.update(saved[1])
     key = (0, ctx.shape, None, NUM_SMS, 64, 256, "smxx")
     state.calls[key] = call
     is_cpu, int32, tensor = "is_cpu", I32, torch.Tensor
