@@ -226,8 +226,7 @@ def _chunked_run_us(dispatch, state, out) -> float:
     with mock.patch.object(runtime, "_c_launch", lambda *args: 0):
         call = kernels.call(0, p, 0x1000)  # (the C launcher takes a function's address)
         ws = workspace.Workspace()
-        ws.buffers.append((0x10000, call.ws_words))
-        ws.ptr, ws.words = 0x10000, call.ws_words
+        ws.use((0x10000, call.ws_words))
         with mock.patch.dict(workspace._workspaces, {workspace.workspace_key(0, 0): ws}), \
                 mock.patch.dict(workspace._spares, {0: [(0x20000, call.ws_words)]}):
             return per_call_us(lambda: dispatch._run(call, state, ctx, idx, out, False))

@@ -99,9 +99,13 @@ class Workspace:
         else:
             buf = _new_buffer(device, max(words, 2 * self.words, MIN_WORDS))
             reserve_spare(device, words)
+        self.use(buf)
+        return self.ptr
+
+    def use(self, buf: tuple[int, int]) -> None:
+        """Make ``buf`` (address, words) the buffer in use, kept with the earlier ones."""
         self.buffers.append(buf)
         self.ptr, self.words = buf
-        return self.ptr
 
 
 def workspace_key(device: int, stream: int) -> tuple:
