@@ -180,6 +180,7 @@ for stage in $stages; do
       # default). The device brings back only a few files per call: the logs stay there.
       # The records name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT
       # ("before" if unset).
+      # bench/compare_records.py --before ... --after ... makes their A/B table.
       install_before || { rc=1; continue; }
       # each version's cubins first, compiled on every core, so that a timed run only
       # loads them (a cold run with 2^24 batches outlasted its timeout); the shapes are

@@ -26,6 +26,7 @@ import benchmark_cli  # noqa: E402
 import benchmark_host  # noqa: E402
 import benchmark_metadata  # noqa: E402
 import benchmark_nvrtc  # noqa: E402
+import compare_records  # noqa: E402
 import launch_cost  # noqa: E402
 import launch_modes  # noqa: E402
 import make_tables  # noqa: E402
@@ -443,3 +444,72 @@ def test_launch_cost_c_builds():
                               str(REPO / "bench" / "launch_cost.c")],
                              capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+# --- the A/B comparison of kernelab records ------------------------------------------------
+
+KERNELAB = REPO / "docs" / "benchmarks" / "experiments"
+
+
+def _kernelab_record(commit: str, scale: float) -> dict:
+    """A committed kernelab record with its medians scaled (synthetic: known answers)."""
+    rec = json.loads((KERNELAB / "2026-12-07-NVIDIA_H100_80GB_HBM3-kernelab-after-1-"
+                                 "2eee60a.json").read_text(encoding="utf-8"))
+    rec["meta"]["commit"] = commit
+    for r in rec["rows"]:
+        r["us"]["median"] = round(r["us"]["median"] * scale, 3)
+    return rec
+
+
+def _write(tmp_path: Path, name: str, rec: dict) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(rec), encoding="utf-8")
+    return str(path)
+
+
+def test_compare_records_means_and_ratios(tmp_path, capsys):
+    base = _kernelab_record("aaa", 1.0)
+    before = [_write(tmp_path, "b1.json", base),
+              _write(tmp_path, "b2.json", _kernelab_record("aaa", 1.2))]
+    after = [_write(tmp_path, "a1.json", _kernelab_record("bbb", 0.9))]
+    entries = compare_records.compare(compare_records.load(before),
+                                      compare_records.load(after))
+    assert len(entries) == len(base["rows"])
+    for e, r in zip(entries, sorted(base["rows"], key=compare_records.row_key)):
+        m = r["us"]["median"]
+        assert e["before"] == [m, round(m * 1.2, 3)]
+        assert e["after"] == [round(m * 0.9, 3)]
+        assert e["before_mean"] == pytest.approx((m + round(m * 1.2, 3)) / 2)
+        assert e["ratio"] == pytest.approx(round(m * 0.9, 3) / e["before_mean"])
+    assert compare_records.main(["--before", *before, "--after", *after]) == 0
+    out = capsys.readouterr().out
+    assert "before aaa (2 records), after bbb (1 records)" in out
+    assert out.count("\n| ") == len(base["rows"]) + 1  # header and one line per row
+
+
+def test_compare_records_lists_a_row_one_side_lacks(tmp_path):
+    short = _kernelab_record("bbb", 1.0)
+    gone = short["rows"].pop()
+    entries = compare_records.compare(
+        compare_records.load([_write(tmp_path, "b.json", _kernelab_record("aaa", 1.0))]),
+        compare_records.load([_write(tmp_path, "a.json", short)]))
+    (lacking,) = [e for e in entries if not e["after"]]
+    assert compare_records.row_key(gone) == (lacking["format"], lacking["mode"],
+                                             lacking["batch"], lacking["variant"])
+    assert lacking["ratio"] is None and lacking["after_mean"] is None
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda rec: rec["rows"][3].update(exact=False), "not exact"),
+    (lambda rec: rec.update(kind="gpu-host"), "not a gpu-metadata record"),
+    (lambda rec: rec["meta"].update(dry_run=True), "dry run"),
+    (lambda rec: rec["meta"].update(device="NVIDIA H200"), "'device'"),
+    (lambda rec: rec["meta"].update(calls_per_graph=1), "'calls_per_graph'"),
+])
+def test_compare_records_refuses_what_cannot_be_compared(tmp_path, capsys, spoil, says):
+    bad = _kernelab_record("bbb", 1.0)
+    spoil(bad)
+    args = ["--before", _write(tmp_path, "b.json", _kernelab_record("aaa", 1.0)),
+            "--after", _write(tmp_path, "a.json", bad)]
+    assert compare_records.main(args) == 2
+    assert says in capsys.readouterr().err
