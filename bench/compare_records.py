@@ -5,9 +5,10 @@ scripts/gpu_session.sh writes one record per run and side).
 
 Each row (format, mode, batch, variant) gets the mean of its medians over each side's
 records, their ratio (after / before) and the medians themselves. The records must be
-``gpu-metadata`` records of one device and graph shape, not dry runs, with every row
-exact (a time whose output did not match the reference is not one to compare); a row
-that only one side has is listed as such, not compared.
+``gpu-metadata`` records (read as bench/make_tables.py reads them: this schema, no dry
+runs) of one device and graph shape, with every row exact (a time whose output did not
+match the reference is not one to compare); a row that only one side has is listed as
+such, not compared.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ SIDES = ("before", "after")
 SAME = ("device", "calls_per_graph", "num_sms", "block_kv", "split_kv")
 
 
-class CompareError(ValueError):
+class CompareError(make_tables.RecordError):
     """Records that cannot be compared (named, with what is wrong)."""
 
 
@@ -36,11 +37,9 @@ def row_key(row: dict) -> tuple:
 def load(paths: list[str]) -> list[tuple[str, dict]]:
     out = []
     for p in paths:
-        rec = json.loads(Path(p).read_text(encoding="utf-8"))
-        if rec.get("kind") != "gpu-metadata":
-            raise CompareError(f"{p}: kind {rec.get('kind')!r}, not a gpu-metadata record")
-        if rec["meta"].get("dry_run"):
-            raise CompareError(f"{p}: a dry run (no GPU times)")
+        rec = make_tables.read_record(p)  # JSON of this schema, a real run
+        if rec["kind"] != "gpu-metadata":
+            raise CompareError(f"{p}: kind {rec['kind']!r}, not a gpu-metadata record")
         bad = [row_key(r) for r in rec["rows"] if not r.get("exact")]
         if bad:
             raise CompareError(f"{p}: rows not exact, their times do not count: {bad}")
@@ -70,8 +69,7 @@ def compare(before: list[tuple[str, dict]], after: list[tuple[str, dict]]) -> li
                                            for p, rec in everything))
     sides = {"before": medians(before), "after": medians(after)}
     out = []
-    for key in sorted(set(sides["before"]) | set(sides["after"]),
-                      key=lambda k: (k[0], k[1], k[2], k[3])):
+    for key in sorted(set(sides["before"]) | set(sides["after"])):
         entry = {"format": key[0], "mode": key[1], "batch": key[2], "variant": key[3]}
         for side in SIDES:
             values = sides[side].get(key, [])
@@ -112,7 +110,7 @@ def main(argv=None) -> int:
     try:
         before, after = load(args.before), load(args.after)
         print(render(compare(before, after), before, after))
-    except CompareError as e:
+    except make_tables.RecordError as e:  # a CompareError too
         print(f"compare_records: {e}", file=sys.stderr)
         return 2
     return 0

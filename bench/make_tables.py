@@ -38,27 +38,35 @@ class RecordError(ValueError):
 
 # --- records ------------------------------------------------------------------------------
 
+def read_record(path) -> dict:
+    """One record file, refused with a RecordError (naming the file) unless it is JSON
+    of this schema and a known kind, from a real run of the whole command."""
+    path = Path(path)
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path.name}: not JSON ({exc})") from None
+    if not isinstance(rec, dict) or rec.get("schema") != records.SCHEMA:
+        raise RecordError(f"{path.name}: schema {rec.get('schema') if isinstance(rec, dict) else None!r}, "
+                          f"expected {records.SCHEMA} (convert old records with "
+                          "bench/convert_record.py)")
+    if rec.get("kind") not in KINDS:
+        raise RecordError(f"{path.name}: kind {rec.get('kind')!r} is not one of {KINDS}")
+    if rec.get("meta", {}).get("dry_run"):
+        raise RecordError(f"{path.name} is a dry-run record (a dry run has no timings): "
+                          "delete it; only records of real runs are kept")
+    if rec.get("meta", {}).get("subset"):
+        raise RecordError(f"{path.name} measured a subset of the warm command "
+                          f"({rec['meta'].get('subset_options')}): delete it; run "
+                          "bench/benchmark_nvrtc.py without subset options")
+    return rec
+
+
 def load_records(directory) -> dict[str, list[tuple[str, dict]]]:
     """{kind: [(file name, record), ...] sorted by name} of the records in ``directory``."""
     found: dict[str, list[tuple[str, dict]]] = {k: [] for k in KINDS}
     for path in sorted(Path(directory).glob("*.json")):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"{path.name}: not JSON ({exc})") from None
-        if not isinstance(rec, dict) or rec.get("schema") != records.SCHEMA:
-            raise RecordError(f"{path.name}: schema {rec.get('schema') if isinstance(rec, dict) else None!r}, "
-                              f"expected {records.SCHEMA} (convert old records with "
-                              "bench/convert_record.py)")
-        if rec.get("kind") not in KINDS:
-            raise RecordError(f"{path.name}: kind {rec.get('kind')!r} is not one of {KINDS}")
-        if rec.get("meta", {}).get("dry_run"):
-            raise RecordError(f"{path.name} is a dry-run record (no timings): delete it; "
-                              "only records of real runs are kept")
-        if rec.get("meta", {}).get("subset"):
-            raise RecordError(f"{path.name} measured a subset of the warm command "
-                              f"({rec['meta'].get('subset_options')}): delete it; run "
-                              "bench/benchmark_nvrtc.py without subset options")
+        rec = read_record(path)
         found[rec["kind"]].append((path.name, rec))
     return found
 
