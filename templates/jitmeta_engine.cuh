@@ -24,6 +24,8 @@
 //   kThreads, kVarlen      block size, mode
 //   kSlotWords, kTileAlign workspace words per block slot; tile words rounded up to
 //                          a multiple of kTileAlign (8-byte summaries next to a tile)
+//   kLiveFields            the leading 32-bit fields of S that carry anything (those
+//                          after them are padding, always 0: never exchanged or kept)
 //   segs(ctx)              kv splits of a context length
 //   dense_word(ctx, mult)  the tile word of a dense request (mult: atoms or tokens)
 //   work(S)                the work of a prefix summary (a prefix starts at element 0)
@@ -514,6 +516,9 @@ struct Engine : F {
     static constexpr u32 kSlabBase = kResultBase + 2u * kSlotWords * kMaxGrid;
     static constexpr u32 kSpinLimit = 1u << 24;  // ~1 s of polling: then trap, never hang
     static constexpr u32 kFields = sizeof(S) / 4;
+    // fields written to and read from slots, results and the tile (the rest are 0)
+    static constexpr u32 kLive = F::kLiveFields;
+    static_assert(kLive >= 1u && kLive <= kFields, "live fields lead the summary");
     static_assert(sizeof(S) % 4 == 0, "a summary is a whole number of 32-bit fields");
     static_assert(2 * kFields <= kSlotWords, "a slot holds one 64-bit word per field");
     static_assert(kSlabBase % 2 == 0, "slab summaries (64-bit fields) stay 8-byte aligned");
@@ -543,7 +548,7 @@ struct Engine : F {
         volatile u64* vs = reinterpret_cast<volatile u64*>(slot);
         const u32* f = reinterpret_cast<const u32*>(&v);
 #pragma unroll
-        for (u32 k = 0; k < kFields; ++k) vs[k * STRIDE] = (u64)tag << 32 | f[k];
+        for (u32 k = 0; k < kLive; ++k) vs[k * STRIDE] = (u64)tag << 32 | f[k];
     }
 
     template <u32 STRIDE = 1u>
@@ -551,10 +556,12 @@ struct Engine : F {
         const volatile u64* vs = reinterpret_cast<const volatile u64*>(slot);
         S v;
         u32* f = reinterpret_cast<u32*>(&v);
+#pragma unroll
+        for (u32 k = kLive; k < kFields; ++k) f[k] = 0u;
         for (u32 spins = 0;; ++spins) {
             bool ready = true;
 #pragma unroll
-            for (u32 k = 0; k < kFields; ++k) {
+            for (u32 k = 0; k < kLive; ++k) {
                 const u64 word = vs[k * STRIDE];
                 f[k] = (u32)word;
                 ready &= (u32)(word >> 32) == tag;
@@ -686,13 +693,13 @@ struct Engine : F {
     __device__ __forceinline__ static void put(u32* p, const S& v) {
         const u32* w = reinterpret_cast<const u32*>(&v);
 #pragma unroll
-        for (u32 k = 0; k < kFields; ++k) p[k] = w[k];
+        for (u32 k = 0; k < kLive; ++k) p[k] = w[k];
     }
     __device__ __forceinline__ static S get(const u32* p) {
         S v;
         u32* w = reinterpret_cast<u32*>(&v);
 #pragma unroll
-        for (u32 k = 0; k < kFields; ++k) w[k] = p[k];
+        for (u32 k = 0; k < kFields; ++k) w[k] = k < kLive ? p[k] : 0u;
         return v;
     }
 

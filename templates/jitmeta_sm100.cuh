@@ -27,7 +27,8 @@
 // last token, and B starts with a boundary), and it stays leading. The composition is
 // associative, so slices, slabs and blocks are joined by ordinary scans. A prefix of
 // the batch starts with token 0, a boundary, so it has no leading run end: its work is
-// `closed`. All work sums are 64-bit; the summary is five 32-bit fields and a spare.
+// `closed`. All work sums are 64-bit; the summary is five 32-bit fields and a spare
+// (padding to 8 bytes, always 0, which the engine's exchange skips: kLiveFields).
 //
 // Rows: a block holding the whole batch searches 32-bit prefix keys (prefix_whole,
 // row_at) while the total fits them; otherwise each thread walks its slice again and
@@ -99,6 +100,7 @@ struct Sm100 {
     static constexpr int kThreads = THREADS;
     static constexpr bool kVarlen = VARLEN;
     static constexpr u32 kSlotWords = VARLEN ? 16 : 8;  // 6 / 2 fields of 32 bits
+    static constexpr u32 kLiveFields = VARLEN ? 5 : 2;  // varlen: not the spare
     static constexpr u32 kTileAlign = 2;  // 8-byte summaries share the block's smem
 
     __device__ __forceinline__ static u32 segs(int ctx) {
