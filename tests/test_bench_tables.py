@@ -32,6 +32,7 @@ import launch_modes  # noqa: E402
 import make_tables  # noqa: E402
 import phase_trace  # noqa: E402
 import records  # noqa: E402
+import sass_loops  # noqa: E402
 import touch  # noqa: E402
 
 
@@ -513,3 +514,61 @@ def test_compare_records_refuses_what_cannot_be_compared(tmp_path, capsys, spoil
             "--after", _write(tmp_path, "a.json", bad)]
     assert compare_records.main(args) == 2
     assert says in capsys.readouterr().err
+
+
+# --- bench/sass_loops.py: loops and local accesses of a SASS listing -----------------------
+
+def _sass(lines: list[str]) -> str:
+    """A cuobjdump-style listing: one instruction per 16 bytes from address 0."""
+    return "\n".join(f"        /*{16 * i:04x}*/                   {t} ;   /* 0x0 */"
+                     for i, t in enumerate(lines))
+
+
+def test_sass_loops_finds_nested_loops_and_skips_divergence_fallbacks():
+    listing = _sass([
+        "MOV R0, RZ",                        # 0x00
+        "BRA.DIV UR4, 0x00e0",               # 0x10 to the fallback at 0xe0
+        "LDG.E.128 R4, desc[UR4][R2.64]",    # 0x20 outer loop (a slab per iteration)
+        "STL [R1], R4",                      # 0x30
+        "LDS R5, [R6]",                      # 0x40 inner loop
+        "LDL R7, [R1+0x4]",                  # 0x50
+        "@P0 BRA 0x0040",                    # 0x60 closes the inner loop
+        "LDG.E.128 R8, desc[UR4][R2.64]",    # 0x70
+        "@P1 BRA 0x0020",                    # 0x80 closes the outer loop
+        "LDG.E R9, desc[UR4][R2.64]",        # 0x90 a loop without 16-byte loads
+        "@P2 BRA 0x0090",                    # 0xa0
+        "EXIT",                              # 0xb0
+        "BRA 0x00c0",                        # 0xc0 the end-of-kernel self loop
+        "NOP",                               # 0xd0
+        "SHFL.IDX PT, R0, R0, RZ, 0x1f",     # 0xe0 fallback block
+        "BRA 0x0020",                        # 0xf0 its jump back: not a loop
+    ])
+    ins = sass_loops.parse_sass(listing)
+    assert len(ins) == 16 and ins[1] == (0x10, "BRA.DIV UR4, 0x00e0")
+    assert sass_loops.main_code_end(ins) == 0xE0
+    got = {(lp["start"], lp["end"]): lp for lp in sass_loops.loops(ins)}
+    assert set(got) == {("0x00020", "0x00080"), ("0x00040", "0x00060"),
+                        ("0x00090", "0x000a0"), ("0x000c0", "0x000c0")}
+    outer, inner = got[("0x00020", "0x00080")], got[("0x00040", "0x00060")]
+    assert (outer["instructions"], outer["local"], outer["global_loads"],
+            outer["global_loads_16B"], outer["shared_loads"]) == (7, 2, 2, 2, 1)
+    assert (inner["instructions"], inner["local"], inner["global_loads_16B"]) == (3, 1, 0)
+    c = sass_loops.census(ins)
+    assert c["instructions"] == 16 and c["local"] == 2
+    # the outer loop is the innermost one with 16-byte loads: its 2 local accesses
+    assert c["local_in_slab_loops"] == [2]
+
+
+def test_sass_loops_innermost_slab_loop_excludes_enclosing_ones():
+    listing = _sass([
+        "STL [R1], R4",                      # 0x00 outer loop: a local store, and
+        "LDG.E.128 R4, desc[UR4][R2.64]",    # 0x10 inner loop with 16-byte loads
+        "@P0 BRA 0x0010",                    # 0x20
+        "LDG.E.128 R8, desc[UR4][R2.64]",    # 0x30
+        "@P1 BRA 0x0000",                    # 0x40
+        "EXIT",                              # 0x50
+    ])
+    c = sass_loops.census(sass_loops.parse_sass(listing))
+    assert [(lp["start"], lp["local"]) for lp in c["loops"]] == [("0x00000", 1),
+                                                                ("0x00010", 0)]
+    assert c["local_in_slab_loops"] == [0]
