@@ -141,12 +141,15 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in variants(warm_argv(command, "<cache>", subset)):
-            _, source, options = jit_build.key_for(kernels.source(code), Knobs())
+            key, source, options = jit_build.key_for(kernels.source(code), Knobs())
             cubin = Path(tmp) / f"{name}.cubin"
             cubin.write_bytes(compile_cubin(source, options).cubin)
             sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True,
                                   text=True, timeout=120, check=True).stdout
-            row = {"name": name, **census(parse_sass(sass))}
+            # key: the cache key of the source and options, which names the kernel
+            # version whatever the commit says (an editable install of another checkout
+            # serves that checkout's templates)
+            row = {"name": name, "key": key, **census(parse_sass(sass))}
             rows.append(row)
             print(f"{name:50s} {row['instructions']:6d} instructions, {row['local']:4d} "
                   f"local ({row['local_in_slab_loops'] or '-'} in the slab loops), "
