@@ -43,9 +43,10 @@ from benchmark_nvrtc import (README, SUBSET_OPTIONS, readme_warm_command,  # noq
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _BRANCH = re.compile(r"\bBRA((?:\.\w+)*)\s+(?:\w+,\s*)?0x([0-9a-f]+)")
 _LOCAL = re.compile(r"\b(?:LDL|STL)\b")
-_GLOBAL = re.compile(r"\bLDG\b")
-_WIDE = re.compile(r"\bLDG\.E\.(?:128|ENL2)")
-_SHARED = re.compile(r"\bLDS\b")
+# what a loop's record counts, by the instructions that match
+_COUNTED = {"local": _LOCAL, "global_loads": re.compile(r"\bLDG\b"),
+            "global_loads_16B": re.compile(r"\bLDG\.E\.(?:128|ENL2)"),
+            "shared_loads": re.compile(r"\bLDS\b")}
 
 
 def parse_sass(text: str) -> list[tuple[int, str]]:
@@ -81,27 +82,19 @@ def loops(ins: list[tuple[int, str]]) -> list[dict]:
         body = [t for _, t in ins[index[target]:i + 1]]
         found.append({"start": f"{target:#07x}", "end": f"{addr:#07x}",
                       "instructions": len(body),
-                      "local": sum(1 for t in body if _LOCAL.search(t)),
-                      "global_loads": sum(1 for t in body if _GLOBAL.search(t)),
-                      "global_loads_16B": sum(1 for t in body if _WIDE.search(t)),
-                      "shared_loads": sum(1 for t in body if _SHARED.search(t))})
+                      **{name: sum(1 for t in body if pattern.search(t))
+                         for name, pattern in _COUNTED.items()}})
     return sorted(found, key=lambda x: int(x["start"], 16))
 
 
 def innermost_16b(found: list[dict]) -> list[dict]:
     """The loops with 16-byte global loads that hold no other such loop: the loops
     that stream the register slabs, one iteration per slab."""
-    def span(lp):
-        return int(lp["start"], 16), int(lp["end"], 16)
-
-    wide = [lp for lp in found if lp["global_loads_16B"]]
-    out = []
-    for lp in wide:
-        a, b = span(lp)
-        if not any(o is not lp and a <= span(o)[0] and span(o)[1] <= b and span(o) != (a, b)
-                   for o in wide):
-            out.append(lp)
-    return out
+    wide = [((int(lp["start"], 16), int(lp["end"], 16)), lp) for lp in found
+            if lp["global_loads_16B"]]
+    # (a loop is one backward branch: two loops never share both ends)
+    return [lp for (a, b), lp in wide
+            if not any(a <= c and d <= b and (c, d) != (a, b) for (c, d), _ in wide)]
 
 
 def census(ins: list[tuple[int, str]]) -> dict:
