@@ -28,7 +28,7 @@ _LAZY = {
     "get_paged_mqa_logits_metadata": ("jitmeta.api", "get_paged_mqa_logits_metadata"),
     "plan": ("jitmeta.api", "plan"),
     "reference_schedule": ("jitmeta.api", "reference_schedule"),
-    "InputValueError": ("jitmeta.validate", "InputValueError"),
+    "InputValueError": ("jitmeta.args", "InputValueError"),
     "CaptureCompileError": ("jitmeta.jit.runtime", "CaptureCompileError"),
     "warm": ("jitmeta.warmup", "warm"),
     "envs": ("jitmeta.envs", None),
@@ -77,5 +77,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .jit.compiler import CompileError, NvrtcUnavailableError
     from .jit.runtime import CaptureCompileError
     from .kernels import SCHEDULES
-    from .validate import InputValueError
+    from .args import InputValueError
     from .warmup import warm

@@ -17,8 +17,7 @@ from .heuristics.arch import limits_for_arch, normalize_arch
 from .heuristics.plan import Plan
 from .jit.runtime import CaptureCompileError
 from .reference import reference_schedule as _reference
-from .validate import (MAX_NUM_SMS, MAX_SPLIT_KV, InputValueError, bool_arg, describe,
-                       int_arg)
+from .args import MAX_NUM_SMS, MAX_SPLIT_KV, InputValueError, bool_arg, describe, int_arg
 
 __all__ = ["get_paged_mqa_logits_metadata", "plan", "reference_schedule",
            "InputValueError", "CaptureCompileError", "require_cuda_device"]

@@ -1,68 +1,19 @@
 """Argument checks of the public API: every error names the argument, what was expected
 and what was given, before anything is planned, compiled or launched.
 
-Bounds (documented in the README): ``num_sms`` 1 to :data:`MAX_NUM_SMS`; ``split_kv``
-1 to :data:`MAX_SPLIT_KV`; ``block_kv`` 1 to ``split_kv`` and dividing it; row indices
-(``batch x atoms``, or tokens for "sm100") must fit int32.
+Bounds (documented in the README): ``num_sms`` and ``split_kv`` as in :mod:`jitmeta.args`;
+``block_kv`` 1 to ``split_kv`` and dividing it; row indices (``batch x atoms``, or
+tokens for "sm100") must fit int32.
 """
 
 from __future__ import annotations
 
-import operator
-from typing import Any
-
 import torch
 
-__all__ = ["InputValueError", "describe", "int_arg", "bool_arg", "validate",
-           "check_values", "MAX_NUM_SMS", "MAX_SPLIT_KV", "INT32_MAX", "UINT32_MAX"]
+from .args import (INT32_MAX, MAX_NUM_SMS, MAX_SPLIT_KV, UINT32_MAX, InputValueError,
+                   describe, int_arg)
 
-INT32_MAX = 2**31 - 1
-UINT32_MAX = 2**32 - 1
-MAX_NUM_SMS = 1 << 20   # rows of the result; no GPU comes near it
-MAX_SPLIT_KV = 1 << 30  # keeps ceil(ctx / split_kv) exact in the kernels' uint32 math
-
-
-class InputValueError(ValueError):
-    """A value the kernel cannot schedule (negative length, uint32 overflow): found on
-    the CPU path, or on the CUDA path with JITMETA_CHECK_INPUTS=1."""
-
-
-def describe(value: object) -> str:
-    """A short description of an argument: tensors and arrays by shape, never by content."""
-    if isinstance(value, torch.Tensor):
-        return (f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, "
-                f"device={value.device}, contiguous={value.is_contiguous()})")
-    shape = getattr(value, "shape", None)
-    if shape is not None and not isinstance(value, (int, float)):
-        return (f"{type(value).__module__}.{type(value).__name__}(shape={tuple(shape)}, "
-                f"dtype={getattr(value, 'dtype', '?')})")
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"{type(value).__name__} {text}"
-
-
-def int_arg(name: str, value: Any, lo: int = 1, hi: int | None = None,
-            symbolic: bool = False) -> int:
-    """``value`` as an int in [lo, hi]: Python and NumPy integers (anything with
-    ``__index__``) pass; bools, floats and strings do not."""
-    if symbolic and isinstance(value, torch.SymInt):
-        return value
-    array = isinstance(value, torch.Tensor) or type(value).__name__ == "ndarray"
-    if isinstance(value, bool) or array or not hasattr(type(value), "__index__"):
-        bounds = f">= {lo}" if hi is None else f"from {lo} to {hi}"
-        raise TypeError(f"{name} must be an int {bounds}; got {describe(value)}")
-    v = operator.index(value)
-    if v < lo or (hi is not None and v > hi):
-        bounds = f">= {lo}" if hi is None else f"from {lo} to {hi}"
-        raise ValueError(f"{name} must be {bounds}; got {v}")
-    return v
-
-
-def bool_arg(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False); got {describe(value)}")
-    return value
+__all__ = ["validate", "check_values"]
 
 
 def validate(context_lens, block_kv, num_sms, indices, out, split_kv, schedule,

@@ -84,7 +84,7 @@ def plans_for(limits: Sequence[DeviceLimits], batches: Iterable[tuple[int, int]]
 
 
 def _check_warm_args(num_sms, next_n, varlen, schedules, split_kv, jobs):
-    from .validate import MAX_NUM_SMS, MAX_SPLIT_KV, bool_arg, int_arg
+    from .args import MAX_NUM_SMS, MAX_SPLIT_KV, bool_arg, int_arg
 
     if num_sms is not None:
         int_arg("num_sms", num_sms, 1, MAX_NUM_SMS)

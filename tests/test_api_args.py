@@ -1,6 +1,6 @@
 """The strict argument checks of the public entry points (``jitmeta.plan``,
 ``jitmeta.reference_schedule``, ``jitmeta.get_paged_mqa_logits_metadata``,
-``jitmeta.warm``) and of ``jitmeta.validate``.
+``jitmeta.warm``) and of ``jitmeta.validate`` and ``jitmeta.args``.
 
 Every bad argument raises TypeError or ValueError naming the argument, what was
 expected and what was given, before anything is planned, allocated or compiled: never a
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import jitmeta
-from jitmeta import validate
-from jitmeta.validate import MAX_NUM_SMS, MAX_SPLIT_KV
+from jitmeta import args
+from jitmeta.args import MAX_NUM_SMS, MAX_SPLIT_KV
 
 from spec_oracle import spec_schedule
 
@@ -221,15 +221,17 @@ def test_a_non_tensor_context_lens_gives_a_short_message(value):
 
 
 def test_int_arg_and_bool_arg():
-    assert validate.int_arg("x", np.int64(7)) == 7 and type(validate.int_arg("x", np.int8(7))) is int
-    assert validate.int_arg("x", 5, 1, 5) == 5
+    assert args.int_arg("x", np.int64(7)) == 7 and type(args.int_arg("x", np.int8(7))) is int
+    assert args.int_arg("x", 5, 1, 5) == 5
     for bad, exc in ((True, TypeError), (7.0, TypeError), ("7", TypeError), (None, TypeError),
                      (0, ValueError), (6, ValueError)):
         with pytest.raises(exc, match="x must be") as info:
-            validate.int_arg("x", bad, 1, 5)
+            args.int_arg("x", bad, 1, 5)
         assert "from 1 to 5" in str(info.value)
-    assert validate.bool_arg("flag", False) is False
+    assert args.bool_arg("flag", False) is False
     with pytest.raises(TypeError, match="flag must be a bool"):
-        validate.bool_arg("flag", np.bool_(True))
-    assert "shape=(3, 4)" in validate.describe(torch.zeros(3, 4))
-    assert len(validate.describe("x" * 500)) < 100
+        args.bool_arg("flag", np.bool_(True))
+    with pytest.raises(TypeError, match="x must be an int"):
+        args.int_arg("x", torch.tensor(3))  # a 0-d tensor has __index__ but is refused
+    assert "shape=(3, 4)" in args.describe(torch.zeros(3, 4))
+    assert len(args.describe("x" * 500)) < 100

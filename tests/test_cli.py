@@ -272,3 +272,18 @@ def test_console_script_is_a_real_program(populated_cache, tmp_path):
     proc = subprocess.run(cmd + ["clear"], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--yes" in proc.stderr and proc.stdout == ""
+
+
+def test_warm_for_an_arch_does_not_load_torch(tmp_path):
+    # a build step on a machine with no GPU: planning and compiling need no PyTorch
+    # (loading it is about a second of every warm)
+    code = ("import sys; from jitmeta.cache_tools.cli import main; "
+            f"rc = main({SMALL_WARM + ['--json']!r}); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH'); sys.exit(rc)")
+    env = dict(os.environ, JITMETA_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report, _, last = proc.stdout.rstrip().rpartition("\n")
+    assert json.loads(report)["compiled"] == 1
+    assert last == "NO-TORCH", proc.stdout

@@ -366,7 +366,7 @@ def test_summary_compose_is_associative_and_splits_anywhere():
 
 def test_public_api_cpu_path_and_value_check():
     import jitmeta
-    from jitmeta import envs, validate
+    from jitmeta import args, envs, validate
 
     rng = random.Random(f"{SEED}/api")
     lens = [INT32_MAX - rng.randint(0, 1000) for _ in range(1500)]  # > 750 atoms of 2^23
@@ -377,7 +377,7 @@ def test_public_api_cpu_path_and_value_check():
     with envs.override(JITMETA_CHECK_INPUTS=True):  # 64-bit work: no uint32 limit
         got = jitmeta.get_paged_mqa_logits_metadata(c, 64, 132, i, schedule="sm100")
     assert torch.equal(got, oracle(column(lens), 132, idx)), SEED_NOTE
-    with pytest.raises(validate.InputValueError, match="uint32"):  # the atom formats wrap
+    with pytest.raises(args.InputValueError, match="uint32"):  # the atom formats wrap
         validate.check_values(c.view(-1, 1), i, 256, "smxx")
-    with pytest.raises(validate.InputValueError, match=">= 0"):
+    with pytest.raises(args.InputValueError, match=">= 0"):
         validate.check_values(torch.tensor([[5], [-1]], dtype=torch.int32), None, 256, "sm100")
