@@ -112,15 +112,16 @@ def variants(cli_argv: list[str]):
 
 def worker(cli_argv: list[str], repeats: int, first_only: bool) -> dict:
     """Compile the variants; prints nothing else than the JSON it returns."""
-    from jitmeta import kernels
+    from jitmeta import envs, kernels
     from jitmeta.envs import Knobs
     from jitmeta.jit import build as jit_build
     from jitmeta.jit.compiler import compile_cubin
 
     todo = variants(cli_argv)
+    knobs = Knobs(nvrtc_flags=envs.get("JITMETA_NVRTC_FLAGS"))  # the record's flags
     if first_only:
         name, code = todo[0]
-        _, source, options = jit_build.key_for(kernels.source(code), Knobs())
+        _, source, options = jit_build.key_for(kernels.source(code), knobs)
         t0 = time.perf_counter()
         compile_cubin(source, options)
         return {"name": name, "ms": (time.perf_counter() - t0) * 1e3}
@@ -129,7 +130,7 @@ def worker(cli_argv: list[str], repeats: int, first_only: bool) -> dict:
     touch.compile_floors("sm_90")
     out = []
     for name, code in todo:
-        _, source, options = jit_build.key_for(kernels.source(code), Knobs())
+        _, source, options = jit_build.key_for(kernels.source(code), knobs)
         out.append({"name": name, "samples": [compile_cubin(source, options).seconds * 1e3
                                               for _ in range(repeats)]})
         # once more, untimed, with ptxas' report: registers, stack and spills
@@ -155,9 +156,16 @@ def ptxas_usage(log: str) -> dict:
             "spill_load_bytes": loads}
 
 
+#: the one knob the measured processes keep: the record states it (meta
+#: ``nvrtc_extra_flags``), so the compiles must use it
+_KEPT_KNOBS = ("JITMETA_NVRTC_FLAGS",)
+
+
 def _clean_env() -> dict:
-    """The environment of the measured processes: no JITMETA_* knob of this shell."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("JITMETA_")}
+    """The environment of the measured processes: no JITMETA_* knob of this shell but
+    the NVRTC flags that the record names."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("JITMETA_") or k in _KEPT_KNOBS}
 
 
 def _run_worker(cli_argv, repeats: int, first_only: bool) -> dict:

@@ -288,6 +288,33 @@ def test_nvrtc_script_reads_the_readme_warm_command():
         benchmark_nvrtc.readme_warm_command("no command here")
 
 
+def test_nvrtc_script_compiles_with_the_flags_its_record_names(monkeypatch):
+    """The record's meta names JITMETA_NVRTC_FLAGS; the measured processes and the
+    compiles in them must use those flags (and no other knob of the shell)."""
+    from jitmeta.jit import compiler
+
+    monkeypatch.setenv("JITMETA_NVRTC_FLAGS", "--Ofast-compile=min")
+    monkeypatch.setenv("JITMETA_VARIANT", "static")
+    env = benchmark_nvrtc._clean_env()
+    assert env["JITMETA_NVRTC_FLAGS"] == "--Ofast-compile=min"
+    assert "JITMETA_VARIANT" not in env
+    monkeypatch.delenv("JITMETA_VARIANT")  # the worker runs in the cleaned environment
+    seen = []
+
+    def fake_compile(source, options):
+        seen.append(options)
+        raise StopIteration  # stop before the timing: the options are what is tested
+
+    monkeypatch.setattr(compiler, "compile_cubin", fake_compile)
+    command = benchmark_nvrtc.readme_warm_command((REPO / "README.md").read_text())
+    argv = benchmark_nvrtc.warm_argv(command, "C", {"--format": "smxx"})
+    with pytest.raises(StopIteration):
+        benchmark_nvrtc.worker(argv, 1, first_only=True)
+    assert seen and seen[0].extra == ("--Ofast-compile=min",)
+    assert records.base_meta([], "benchmark_nvrtc.py")["nvrtc_extra_flags"] == [
+        "--Ofast-compile=min"]
+
+
 def test_ptxas_report_is_read_and_spilling_variants_are_named():
     log = ("ptxas info    : Compiling entry function 'jitmeta_emit' for 'sm_90'\n"
            "ptxas         .     120 bytes stack frame, 232 bytes spill stores, 204 bytes "
