@@ -113,12 +113,11 @@ def variants(cli_argv: list[str]):
 def worker(cli_argv: list[str], repeats: int, first_only: bool) -> dict:
     """Compile the variants; prints nothing else than the JSON it returns."""
     from jitmeta import envs, kernels
-    from jitmeta.envs import Knobs
     from jitmeta.jit import build as jit_build
     from jitmeta.jit.compiler import compile_cubin
 
     todo = variants(cli_argv)
-    knobs = Knobs(nvrtc_flags=envs.get("JITMETA_NVRTC_FLAGS"))  # the record's flags
+    knobs = envs.snapshot()  # the cleaned environment: the record's NVRTC flags only
     if first_only:
         name, code = todo[0]
         _, source, options = jit_build.key_for(kernels.source(code), knobs)
