@@ -162,14 +162,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in variants(warm_argv(command, "<cache>", subset)):
             key, source, options = jit_build.key_for(kernels.source(code), Knobs())
+            blob = compile_cubin(source, options).cubin
             cubin = Path(tmp) / f"{name}.cubin"
-            cubin.write_bytes(compile_cubin(source, options).cubin)
+            cubin.write_bytes(blob)
             sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True,
                                   text=True, timeout=120, check=True).stdout
             # key: the cache key of the source and options, which names the kernel
             # version whatever the commit says (an editable install of another checkout
             # serves that checkout's templates)
-            row = {"name": name, "key": key, "code_sha256": code_digest(cubin.read_bytes()),
+            row = {"name": name, "key": key, "code_sha256": code_digest(blob),
                    **census(parse_sass(sass))}
             rows.append(row)
             print(f"{name:50s} {row['instructions']:6d} instructions, {row['local']:4d} "
@@ -186,10 +187,10 @@ def main(argv=None) -> int:
                            "commit": other.get("meta", {}).get("commit"),
                            **compare_code(rows, other.get("variants", []))}
         a = meta["against"]
+        lists = "; ".join(f"{k.replace('_', ' ')}: {', '.join(a[k]) or 'none'}"
+                          for k in ("differs", "only_here", "only_there"))
         print(f"against {a['record']}: {len(a['same'])} variants with the same machine "
-              f"code; differs: {', '.join(a['differs']) or 'none'}; only here: "
-              f"{', '.join(a['only_here']) or 'none'}; only there: "
-              f"{', '.join(a['only_there']) or 'none'}")
+              f"code; {lists}")
     record = {"schema": records.SCHEMA, "kind": "cpu-sass-loops", "meta": meta,
               "command": command, "variants": rows}
     out_dir = args.out or records.REPO / "docs" / "benchmarks" / "experiments"
