@@ -149,8 +149,7 @@ def main(argv=None) -> int:
                         help=f"replace the README command's {opt}")
     args = ap.parse_args(argv)
     tool = cuobjdump()
-    from jitmeta import kernels
-    from jitmeta.envs import Knobs
+    from jitmeta import envs, kernels
     from jitmeta.jit import build as jit_build
     from jitmeta.jit.compiler import compile_cubin
     from jitmeta.jit.cubin_info import code_digest
@@ -158,10 +157,11 @@ def main(argv=None) -> int:
     subset = {opt: getattr(args, opt[2:].replace("-", "_")) for opt in SUBSET_OPTIONS}
     subset = {k: v for k, v in subset.items() if v is not None}
     command = readme_warm_command(README.read_text(encoding="utf-8"))
+    knobs = envs.snapshot()  # the flags the record's meta names (JITMETA_NVRTC_FLAGS)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in variants(warm_argv(command, "<cache>", subset)):
-            key, source, options = jit_build.key_for(kernels.source(code), Knobs())
+            key, source, options = jit_build.key_for(kernels.source(code), knobs)
             blob = compile_cubin(source, options).cubin
             cubin = Path(tmp) / f"{name}.cubin"
             cubin.write_bytes(blob)

@@ -562,6 +562,24 @@ def test_sass_loops_compares_machine_code_by_variant():
                    "only_there": ["d"]}
 
 
+def test_sass_loops_compiles_with_the_flags_its_record_names(monkeypatch):
+    """The census record's meta names JITMETA_NVRTC_FLAGS: its compiles use them."""
+    from jitmeta.jit import compiler
+
+    monkeypatch.setenv("JITMETA_NVRTC_FLAGS", "--Ofast-compile=min")
+    monkeypatch.setattr(sass_loops, "cuobjdump", lambda: "cuobjdump-not-needed")
+    seen = []
+
+    def fake_compile(source, options):
+        seen.append(options)
+        raise StopIteration  # stop before the disassembly: the options are what is tested
+
+    monkeypatch.setattr(compiler, "compile_cubin", fake_compile)
+    with pytest.raises(StopIteration):
+        sass_loops.main(["--format", "smxx"])
+    assert seen and seen[0].extra == ("--Ofast-compile=min",)
+
+
 def test_sass_loops_finds_nested_loops_and_skips_divergence_fallbacks():
     listing = _sass([
         "MOV R0, RZ",                        # 0x00
