@@ -29,6 +29,9 @@
 //   segs(ctx)              kv splits of a context length
 //   dense_word(ctx, mult)  the tile word of a dense request (mult: atoms or tokens)
 //   work(S)                the work of a prefix summary (a prefix starts at element 0)
+//   kSumsWrap              whether work sums wrap (32-bit, as upstream's): then the
+//                          work at a slice's end bounds nothing, and every slice is
+//                          walked; else a slice holding no SM start is skipped
 //   split_total(total, num_sms, &q, &r)  q, r = total / num_sms, total % num_sms
 //   sm_start(s, q, r, sms) the start of SM s in work units (sms: an Sms, below)
 //   first_sm(x, q, r, sms) the first s in [0, sms.n] with sm_start(s) >= x (closed
@@ -114,6 +117,7 @@ template <class S>
 struct Scanned {
     u32 b, end, after;
     S before, block;
+    S own;  // the slice's own summary
 };
 
 template <class F>
@@ -280,8 +284,8 @@ struct Engine : F {
         Scanned<S> t;
         slice(n, &t.b, &t.end);
         t.after = 0u;
-        t.before = block_exclusive_scan(
-            F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after), sc, &t.block);
+        t.own = F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after);
+        t.before = block_exclusive_scan(t.own, sc, &t.block);
         return t;
     }
 
@@ -296,7 +300,8 @@ struct Engine : F {
     // scratch, and after a barrier the whole block writes the queued rows, one SM per
     // thread (drain). A full queue: the thread writes them all itself. No prefix array
     // and no search over memory: the first SM at or past a work position is a closed
-    // form (F::first_sm).
+    // form (F::first_sm). Where sums never wrap, a slice holding no SM start is not
+    // walked at all (may_place).
     struct Placer {
         int2* rows;
         Scratch* sc;
@@ -352,6 +357,19 @@ struct Engine : F {
             } while (x < hi);
         }
     };
+
+    // Whether a walk of the slice whose summary is `own`, after `before` (a prefix of
+    // the batch), can place a row: some SM starts before the slice's end. A block's
+    // slab holds about one SM start, so most slices (most warps) skip their walk. Only
+    // where sums never wrap: a 32-bit format's units may wrap past the slice's end.
+    __device__ __forceinline__ static bool may_place(const Placer& p, const S& before,
+                                                     const S& own) {
+        if constexpr (F::kSumsWrap) {
+            return true;
+        } else {
+            return p.hits(F::work(S::compose(before, own)));
+        }
+    }
 
     // The queued rows, THREADS at a time across the entries (after a barrier: every
     // entry is written).
@@ -433,7 +451,7 @@ struct Engine : F {
         u32 r;
         F::split_total(total, num_sms, &q, &r);
         Placer p = Placer::at(out, sc, q, r, num_sms, true, F::work(before));
-        F::walk(tile, t, lo, before, mult, p);
+        if (may_place(p, before, t.own)) F::walk(tile, t, lo, before, mult, p);
         if (last) {  // the SMs starting at the total (or later: none)
             const int2 end = F::end_row(batch, mult);
             for (u32 e = F::first_sm(total, q, r, num_sms) + threadIdx.x; e <= num_sms;
@@ -772,7 +790,8 @@ struct Engine : F {
         t.b = min(n, i0);
         t.end = min(n, i0 + 8u);
         t.after = VARLEN ? w[8] : 0u;  // (the halo when the slice ends the slab)
-        t.before = block_exclusive_scan(fold_words(w, lo, pos, mult), sc, &t.block);
+        t.own = fold_words(w, lo, pos, mult);
+        t.before = block_exclusive_scan(t.own, sc, &t.block);
         // (the scan's barriers order the tile writes before any read of another slice)
         return t;
     }
@@ -1092,7 +1111,8 @@ struct Engine : F {
                 t.b = 8u * lane;
                 t.end = t.b + 8u;
                 Placer pl = Placer::at(out, sc, q, r, num_sms, false, F::work(before));
-                F::walk(region, t, lo + pt * 256u, before, mult, pl);
+                if (may_place(pl, before, sw))
+                    F::walk(region, t, lo + pt * 256u, before, mult, pl);
                 __syncwarp();  // the region takes this warp's next part
             }
         };
