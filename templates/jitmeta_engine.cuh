@@ -359,15 +359,20 @@ struct Engine : F {
     };
 
     // Whether a walk of the slice whose summary is `own`, after `before` (a prefix of
-    // the batch), can place a row: some SM starts before the slice's end. A block's
-    // slab holds about one SM start, so most slices (most warps) skip their walk. Only
-    // where sums never wrap: a 32-bit format's units may wrap past the slice's end.
+    // the batch), can place a row: some SM starts before the slice's end. Checked only
+    // where sums never wrap (a 32-bit format's units may wrap past the slice's end) and
+    // in blocks of 1024 threads, whose slabs (8192 elements) hold about one SM start at
+    // the batches that choose them, so most of their 32 warps skip the walk. In blocks
+    // of 256 and 512 threads the slab holds several starts, most warps walk anyway, and
+    // the check made them slower (measured on an H100 at 65536).
+    static constexpr int kSkipWalkThreads = 1024;
+    static constexpr bool kSkipWalks = !F::kSumsWrap && THREADS >= kSkipWalkThreads;
     __device__ __forceinline__ static bool may_place(const Placer& p, const S& before,
                                                      const S& own) {
-        if constexpr (F::kSumsWrap) {
-            return true;
-        } else {
+        if constexpr (kSkipWalks) {
             return p.hits(F::work(S::compose(before, own)));
+        } else {
+            return true;
         }
     }
 
@@ -1111,8 +1116,7 @@ struct Engine : F {
                 t.b = 8u * lane;
                 t.end = t.b + 8u;
                 Placer pl = Placer::at(out, sc, q, r, num_sms, false, F::work(before));
-                if (may_place(pl, before, sw))
-                    F::walk(region, t, lo + pt * 256u, before, mult, pl);
+                F::walk(region, t, lo + pt * 256u, before, mult, pl);
                 __syncwarp();  // the region takes this warp's next part
             }
         };

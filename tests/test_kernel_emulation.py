@@ -699,8 +699,6 @@ PART_RELOAD_MUTANTS = [
      [(r"if \(lane < kWarps\) parts\[\(first \+ m\) \* kWarps \+ lane\] = part;", "")]),
     ("only the first part holding a start is reloaded",
      [(r"const u32 count = __popc\(todo\);", "const u32 count = todo != 0u;")]),
-    ("a part's lane skips its walk unless an SM starts before its tokens (sm100)",
-     [(r"if \(may_place\(pl, before, sw\)\)", "if (may_place(pl, before, S::identity()))")]),
 ]
 
 
