@@ -70,7 +70,6 @@ struct Schedule {
     static constexpr bool kVarlen = VARLEN;
     static constexpr u32 kSlotWords = 8;  // a summary has at most 4 fields
     static constexpr u32 kLiveFields = sizeof(S) / 4;  // no padding
-    static constexpr bool kSumsWrap = true;  // uint32, as upstream's
     static constexpr u32 kTileAlign = 1;  // 4-byte summaries: no alignment needed
 
     __device__ __forceinline__ static u32 segs(int ctx) {

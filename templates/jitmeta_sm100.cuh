@@ -101,7 +101,6 @@ struct Sm100 {
     static constexpr bool kVarlen = VARLEN;
     static constexpr u32 kSlotWords = VARLEN ? 16 : 8;  // 6 / 2 fields of 32 bits
     static constexpr u32 kLiveFields = VARLEN ? 5 : 2;  // varlen: not the spare
-    static constexpr bool kSumsWrap = false;  // 64-bit: a prefix's work never wraps
     static constexpr u32 kTileAlign = 2;  // 8-byte summaries share the block's smem
 
     __device__ __forceinline__ static u32 segs(int ctx) {

@@ -315,7 +315,7 @@ def test_sm100_library_default_configurations():
 # the shared machinery, as the sm100 source contains them.
 # The emulated blocks have 64 threads; the walk skip is built for 1024 and more. This
 # edit builds it into the emulated kernels too (tests of the skip apply it first).
-SKIP_WALKS_AT_64 = (r"kSkipWalkThreads = 1024;", "kSkipWalkThreads = 64;")
+SKIP_WALKS_AT_64 = (r"kSkipWalkThreads = 1024 \}", "kSkipWalkThreads = 64 }")
 
 
 MUTANTS = [
