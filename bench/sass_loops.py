@@ -16,7 +16,13 @@ counts in every loop around it.
 Needs ``cuobjdump`` on the PATH or in ``$CUOBJDUMP`` (CUDA toolkit, or
 ``pip install nvidia-cuda-cuobjdump``); no GPU.
 
-    python bench/sass_loops.py [--out DIR] [--format F] [--varlen V] [--batch B] [--next-n N]
+    python bench/sass_loops.py [--out DIR] [--against RECORD] [--format F] [--varlen V]
+                               [--batch B] [--next-n N]
+
+Each variant's row also holds ``code_sha256``, a digest of its machine code alone (the
+``.text`` sections). ``--against RECORD`` (another tree's record) names the variants
+whose machine code differs from that record's: a kernel change meant for some
+variants can be checked to leave the others' code as it was.
 
 Writes ``<date>-cpu-sass-loops-<commit>.json`` to ``--out`` (default
 ``docs/benchmarks/experiments``): an experiment record, not read by the table
@@ -26,6 +32,7 @@ generator.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -106,6 +113,23 @@ def census(ins: list[tuple[int, str]]) -> dict:
             "loops": found}
 
 
+def compare_code(rows: list[dict], other: list[dict]) -> dict[str, list[str]]:
+    """Variant names by whether their ``code_sha256`` matches ``other``'s rows: "same",
+    "differs", "only_here", "only_there" (a row without a digest differs)."""
+    theirs = {r["name"]: r.get("code_sha256") for r in other}
+    mine = {r["name"]: r.get("code_sha256") for r in rows}
+    out = {"same": [], "differs": [], "only_here": [],
+           "only_there": sorted(set(theirs) - set(mine))}
+    for name in sorted(mine):
+        if name not in theirs:
+            out["only_here"].append(name)
+        elif mine[name] is not None and mine[name] == theirs[name]:
+            out["same"].append(name)
+        else:
+            out["differs"].append(name)
+    return out
+
+
 def cuobjdump() -> str:
     tool = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
     if not tool:
@@ -118,6 +142,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="directory for the record (default "
                     "docs/benchmarks/experiments)")
+    ap.add_argument("--against", default=None, metavar="RECORD",
+                    help="another tree's record: name the variants whose code differs")
     for opt in SUBSET_OPTIONS:
         ap.add_argument(opt, dest=opt[2:].replace("-", "_"), default=None,
                         help=f"replace the README command's {opt}")
@@ -127,6 +153,7 @@ def main(argv=None) -> int:
     from jitmeta.envs import Knobs
     from jitmeta.jit import build as jit_build
     from jitmeta.jit.compiler import compile_cubin
+    from jitmeta.jit.cubin_info import code_digest
 
     subset = {opt: getattr(args, opt[2:].replace("-", "_")) for opt in SUBSET_OPTIONS}
     subset = {k: v for k, v in subset.items() if v is not None}
@@ -142,7 +169,8 @@ def main(argv=None) -> int:
             # key: the cache key of the source and options, which names the kernel
             # version whatever the commit says (an editable install of another checkout
             # serves that checkout's templates)
-            row = {"name": name, "key": key, **census(parse_sass(sass))}
+            row = {"name": name, "key": key, "code_sha256": code_digest(cubin.read_bytes()),
+                   **census(parse_sass(sass))}
             rows.append(row)
             print(f"{name:50s} {row['instructions']:6d} instructions, {row['local']:4d} "
                   f"local ({row['local_in_slab_loops'] or '-'} in the slab loops), "
@@ -152,6 +180,16 @@ def main(argv=None) -> int:
                              timeout=60).stdout.strip().splitlines()
     meta.update(cuobjdump=version[-1] if version else "unknown", subset=bool(subset),
                 subset_options=subset or None)
+    if args.against:
+        other = json.loads(Path(args.against).read_text(encoding="utf-8"))
+        meta["against"] = {"record": Path(args.against).name,
+                           "commit": other.get("meta", {}).get("commit"),
+                           **compare_code(rows, other.get("variants", []))}
+        a = meta["against"]
+        print(f"against {a['record']}: {len(a['same'])} variants with the same machine "
+              f"code; differs: {', '.join(a['differs']) or 'none'}; only here: "
+              f"{', '.join(a['only_here']) or 'none'}; only there: "
+              f"{', '.join(a['only_there']) or 'none'}")
     record = {"schema": records.SCHEMA, "kind": "cpu-sass-loops", "meta": meta,
               "command": command, "variants": rows}
     out_dir = args.out or records.REPO / "docs" / "benchmarks" / "experiments"

@@ -551,6 +551,17 @@ def _sass(lines: list[str]) -> str:
                      for i, t in enumerate(lines))
 
 
+def test_sass_loops_compares_machine_code_by_variant():
+    mine = [{"name": "a", "code_sha256": "1"}, {"name": "b", "code_sha256": "2"},
+            {"name": "c", "code_sha256": "3"}, {"name": "e"}]
+    theirs = [{"name": "a", "code_sha256": "1"}, {"name": "b", "code_sha256": "9"},
+              {"name": "d", "code_sha256": "4"}, {"name": "e"}]
+    got = sass_loops.compare_code(mine, theirs)
+    # a row without a digest (an older record) is never called the same
+    assert got == {"same": ["a"], "differs": ["b", "e"], "only_here": ["c"],
+                   "only_there": ["d"]}
+
+
 def test_sass_loops_finds_nested_loops_and_skips_divergence_fallbacks():
     listing = _sass([
         "MOV R0, RZ",                        # 0x00

@@ -29,7 +29,7 @@ from jitmeta.heuristics.plan import CodeSpec, Plan, static_threads
 from jitmeta.jit import build as jit_build
 from jitmeta.jit import render as render_mod
 from jitmeta.jit.compiler import CompileError, CompileOptions, compile_cubin
-from jitmeta.jit.cubin_info import kernel_resources
+from jitmeta.jit.cubin_info import code_digest, kernel_resources
 from jitmeta.jit.source import KernelSource
 from jitmeta.kernels import paged_mqa
 
@@ -524,6 +524,29 @@ def test_registers_are_read_for_pre_hopper_cubins():
     assert p.threads == 256
     assert res["static_smem_bytes"] == p.smem_static_bytes == 4268
     assert res["registers"] > 0, res
+
+
+TINY = """extern "C" __global__ void jitmeta_emit(int* out, int n) {
+    if (threadIdx.x == 0) out[0] = n * BODY;
+}
+"""
+
+
+def test_code_digest_follows_the_machine_code_only():
+    """Equal for equal instructions, even where the rest of the file differs (an unused
+    global); different for a different kernel body; ValueError for a cut-off file."""
+    def cubin(body: str, extra: str = "") -> bytes:
+        src = extra + TINY.replace("BODY", body)
+        return compile_cubin(src, CompileOptions(arch="sm_90")).cubin
+
+    a, again = cubin("3"), cubin("3")
+    with_global = cubin("3", "__device__ int jitmeta_unused_table[4] = {1, 2, 3, 4};\n")
+    other = cubin("5")
+    assert code_digest(a) == code_digest(again)
+    assert with_global != a and code_digest(with_global) == code_digest(a)
+    assert code_digest(other) != code_digest(a)
+    with pytest.raises(ValueError):
+        code_digest(a[: len(a) // 2])
 
 
 def test_unknown_kernel_name_raises():

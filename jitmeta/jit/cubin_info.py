@@ -7,9 +7,10 @@ one ``.text.k`` belongs to (its ``sh_info``).
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
-__all__ = ["kernel_resources", "elf_header", "section_names", "EM_CUDA"]
+__all__ = ["kernel_resources", "elf_header", "section_names", "code_digest", "EM_CUDA"]
 
 #: e_machine of a CUDA cubin
 EM_CUDA = 190
@@ -61,6 +62,20 @@ def _sections(blob: bytes) -> dict[str, tuple[int, int, int]]:
 def section_names(blob: bytes) -> set[str]:
     """The section names of an ELF64 file (ValueError when it is not a sound one)."""
     return set(_sections(blob))
+
+
+def code_digest(blob: bytes) -> str:
+    """A SHA-256 of the machine code of every kernel in the cubin (the ``.text.*``
+    sections, by name): equal digests mean the same instructions, whatever else in the
+    file (symbol tables, constant banks, debug frames) differs."""
+    h = hashlib.sha256()
+    sec = _sections(blob)
+    for name in sorted(n for n in sec if n.startswith(".text.")):
+        size, _, offset = sec[name]
+        if offset + size > len(blob):
+            raise ValueError(f"section {name} runs past the end of the file")
+        h.update(name.encode() + b"\0" + struct.pack("<Q", size) + blob[offset:offset + size])
+    return h.hexdigest()
 
 
 def _regcounts(blob: bytes, info: tuple[int, int, int]) -> dict[int, int]:
