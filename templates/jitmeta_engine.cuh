@@ -116,6 +116,15 @@ struct Scanned {
     S before, block;
 };
 
+// ... and the slice's own summary, where the engine skips walks (Engine::kSkipWalks).
+template <class S>
+struct ScannedOwn : Scanned<S> {
+    S own;
+};
+
+template <bool B, class T, class U> struct Pick { typedef T type; };
+template <class T, class U> struct Pick<false, T, U> { typedef U type; };
+
 template <class F>
 struct Engine : F {
     typedef typename F::S S;
@@ -123,6 +132,15 @@ struct Engine : F {
     static constexpr int THREADS = F::kThreads;
     static constexpr bool VARLEN = F::kVarlen;
     static constexpr int kWarps = THREADS / 32;
+    // Whether a slice's walk after the exchange is skipped when it can place no row
+    // (may_place, below); where it is, the scanned slab keeps each slice's summary.
+    // Only with 64-bit work sums, which never wrap: 32-bit ones (as upstream's) may
+    // wrap past a slice's end, which then bounds nothing.
+    // (Enumerators, not static constexpr members: with NVRTC 13.5, adding such a member
+    // changed the machine code of variants that never use it.)
+    enum { kSkipWalkThreads = 1024 };
+    enum { kSkipWalks = sizeof(Work) == 8 && THREADS >= kSkipWalkThreads };
+    typedef typename Pick<kSkipWalks, ScannedOwn<S>, Scanned<S>>::type Scan;
 
     // Shared scratch of the block scan: one summary per warp, plus two broadcast slots.
     // Once a scan is over, the warp slots hold the row queue (Placer) and the first
@@ -275,13 +293,18 @@ struct Engine : F {
         *end = min(n, bb + per);
     }
 
-    __device__ __forceinline__ static Scanned<S> scan_tile(const u32* tile, u32 lo, u32 n,
+    __device__ __forceinline__ static Scan scan_tile(const u32* tile, u32 lo, u32 n,
                                                            u32 mult, Scratch& sc) {
-        Scanned<S> t;
+        Scan t;
         slice(n, &t.b, &t.end);
         t.after = 0u;
-        t.before = block_exclusive_scan(
-            F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after), sc, &t.block);
+        if constexpr (kSkipWalks) {
+            t.own = F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after);
+            t.before = block_exclusive_scan(t.own, sc, &t.block);
+        } else {
+            t.before = block_exclusive_scan(
+                F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after), sc, &t.block);
+        }
         return t;
     }
 
@@ -296,7 +319,8 @@ struct Engine : F {
     // scratch, and after a barrier the whole block writes the queued rows, one SM per
     // thread (drain). A full queue: the thread writes them all itself. No prefix array
     // and no search over memory: the first SM at or past a work position is a closed
-    // form (F::first_sm).
+    // form (F::first_sm). Where sums never wrap, a slice holding no SM start is not
+    // walked at all (may_place).
     struct Placer {
         int2* rows;
         Scratch* sc;
@@ -352,6 +376,18 @@ struct Engine : F {
             } while (x < hi);
         }
     };
+
+    // Whether a walk of the slice whose summary is `own`, after `before` (a prefix of
+    // the batch), can place a row: some SM starts before the slice's end. Asked only
+    // where kSkipWalks: sums that never wrap, and blocks of 1024 threads, whose slabs
+    // (8192 elements) hold about one SM start at the batches that choose them, so most
+    // of their 32 warps skip the walk. In blocks of 256 and 512 threads the slab holds
+    // several starts, most warps walk anyway, and the check made them slower
+    // (measured on an H100 at 65536).
+    __device__ __forceinline__ static bool may_place(const Placer& p, const S& before,
+                                                     const S& own) {
+        return p.hits(F::work(S::compose(before, own)));
+    }
 
     // The queued rows, THREADS at a time across the entries (after a barrier: every
     // entry is written).
@@ -422,7 +458,7 @@ struct Engine : F {
     // (F::walk). `total` is the grand total (ignored when `whole`: the slab is the
     // whole batch and its own work is the total); `last` says this slab also owns the
     // rows of the SMs starting at the total (F::end_row).
-    __device__ __forceinline__ static void emit_walk(u32* tile, const Scanned<S>& t, u32 lo,
+    __device__ __forceinline__ static void emit_walk(u32* tile, const Scan& t, u32 lo,
                                                      S carry, Work total, bool whole,
                                                      bool last, u32 batch, u32 mult,
                                                      Sms num_sms, int* __restrict__ out,
@@ -433,7 +469,11 @@ struct Engine : F {
         u32 r;
         F::split_total(total, num_sms, &q, &r);
         Placer p = Placer::at(out, sc, q, r, num_sms, true, F::work(before));
-        F::walk(tile, t, lo, before, mult, p);
+        if constexpr (kSkipWalks) {
+            if (may_place(p, before, t.own)) F::walk(tile, t, lo, before, mult, p);
+        } else {
+            F::walk(tile, t, lo, before, mult, p);
+        }
         if (last) {  // the SMs starting at the total (or later: none)
             const int2 end = F::end_row(batch, mult);
             for (u32 e = F::first_sm(total, q, r, num_sms) + threadIdx.x; e <= num_sms;
@@ -451,7 +491,7 @@ struct Engine : F {
     // are bound by latency instead, and the walk has the shorter chain (no prefix
     // pass, no barrier before the rows, no dependent search). Uniform control flow
     // around the barriers.
-    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scanned<S>& t, u32 lo,
+    __device__ __forceinline__ static void emit_scanned(u32* tile, const Scan& t, u32 lo,
                                                         u32 n, S carry, Work total,
                                                         bool whole, bool last, u32 batch,
                                                         u32 mult, Sms num_sms,
@@ -468,7 +508,7 @@ struct Engine : F {
                                                          Work total, u32 batch, u32 mult,
                                                          Sms num_sms, int* __restrict__ out,
                                                          Scratch& sc) {
-        const Scanned<S> t = scan_tile(tile, lo, n, mult, sc);
+        const Scan t = scan_tile(tile, lo, n, mult, sc);
         emit_scanned(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out, sc);
     }
 
@@ -748,7 +788,7 @@ struct Engine : F {
     // thread holding the batch's end, if it is not a multiple of 8, loads element by
     // element.
     template <u32 CHUNK, bool TILE>
-    __device__ __forceinline__ static Scanned<S> reg_scan(u32* tile, const int* __restrict__ ctx,
+    __device__ __forceinline__ static Scan reg_scan(u32* tile, const int* __restrict__ ctx,
                                                           const int* __restrict__ idx, u32 lo,
                                                           u32 n, u32 batch, u32 mult,
                                                           Scratch& sc, u32 (&w)[9]) {
@@ -768,11 +808,16 @@ struct Engine : F {
         for (u32 k = 0; k < 9u; ++k)
             if (e0 + k >= batch) w[k] = VARLEN ? kBoundary : 0u;
         if (TILE) put_words(tile, w, n);
-        Scanned<S> t;
+        Scan t;
         t.b = min(n, i0);
         t.end = min(n, i0 + 8u);
         t.after = VARLEN ? w[8] : 0u;  // (the halo when the slice ends the slab)
-        t.before = block_exclusive_scan(fold_words(w, lo, pos, mult), sc, &t.block);
+        if constexpr (kSkipWalks) {
+            t.own = fold_words(w, lo, pos, mult);
+            t.before = block_exclusive_scan(t.own, sc, &t.block);
+        } else {
+            t.before = block_exclusive_scan(fold_words(w, lo, pos, mult), sc, &t.block);
+        }
         // (the scan's barriers order the tile writes before any read of another slice)
         return t;
     }
@@ -803,7 +848,7 @@ struct Engine : F {
         if constexpr (kRegSlabs<CAPACITY>) {
             if (reg_capable(ctx, idx, next_n)) {  // uniform
                 u32 w[9];
-                const Scanned<S> t =
+                const Scan t =
                     reg_scan<CAPACITY, false>(tile, ctx, idx, 0u, batch, batch, mult, sc, w);
                 if (emit_whole<8u>([&w](u32 k) { return w[k]; }, tile, t, batch, batch, mult,
                                    num_sms, out))
@@ -817,7 +862,7 @@ struct Engine : F {
         }
         load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);
         __syncthreads();
-        const Scanned<S> t = scan_tile(tile, 0u, batch, mult, sc);
+        const Scan t = scan_tile(tile, 0u, batch, mult, sc);
         emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
                      num_sms, out, sc);
     }
@@ -846,7 +891,7 @@ struct Engine : F {
         const u32 jr = j1 - 1u;  // slabs [j0, jr) are not kept in shared memory
         const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
         S mine = S::identity(), before_kept = S::identity();
-        Scanned<S> kept{};
+        Scan kept{};
         u32 j = j0;
         if constexpr (kRegs) {
             if (regs && j0 < jr) {

@@ -313,6 +313,11 @@ def test_sm100_library_default_configurations():
 
 # (name, [(pattern, replacement)], variants, modes): real bugs in the sm100 format and in
 # the shared machinery, as the sm100 source contains them.
+# The emulated blocks have 64 threads; the walk skip is built for 1024 and more. This
+# edit builds it into the emulated kernels too (tests of the skip apply it first).
+SKIP_WALKS_AT_64 = (r"kSkipWalkThreads = 1024 \}", "kSkipWalkThreads = 64 }")
+
+
 MUTANTS = [
     ("leading run end resolved with run start 0",
      [(r"\(u64\)b\.lead_seg \* \(b\.lead_end - a\.lastb\)", "(u64)b.lead_seg * b.lead_end")],
@@ -372,6 +377,11 @@ MUTANTS = [
     ("whole-batch search compares flagged words",
      [(r"\(tile\[pad\(mid\)\] & F::kKeyMask\)", "tile[pad(mid)]")],
      ("static", "dynamic"), ("varlen",)),
+    ("a slice skips its walk unless an SM starts before the slice itself",
+     [SKIP_WALKS_AT_64,
+      (r"return p\.hits\(F::work\(S::compose\(before, own\)\)\);",
+       "return p.hits(F::work(before));")],
+     ("static", "chunked"), ("dense", "varlen")),
     ("whole-batch eight-way search compares flagged words",
      [(r"\(tile\[pad\(a \+ \(\(len \* j\) >> 3\)\)\] & F::kKeyMask\)",
        "tile[pad(a + ((len * j) >> 3))]")],
@@ -379,9 +389,8 @@ MUTANTS = [
 ]
 
 
-@pytest.mark.parametrize("name,edits,variants,modes", MUTANTS, ids=[m[0] for m in MUTANTS])
-def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
-    rng, g = rngs("mutant", name)
+def edited_cases(rng, g, name, edits, variants, modes) -> list[Case]:
+    """Nine cases per variant and mode, each with the sm100 source edited by ``edits``."""
     cases = []
     for variant in variants:
         for mode in modes:
@@ -400,13 +409,29 @@ def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
                                  chunk=32 if variant == "chunked" else None,
                                  length_kind=kind, index_kind=("runs", "long")[i % 2],
                                  num_sms=132 if i >= 5 else rng.choice((3, 132, 700)))
-                broken = mutate(render(case.plan.code), edits)
-                if broken is None:  # a mutant that no longer applies tests nothing
+                edited = mutate(render(case.plan.code), edits)
+                if edited is None:  # an edit that no longer applies tests nothing
                     pytest.fail(f"the sm100 source no longer contains {edits[0][0]!r} "
-                                f"(mutant '{name}'): update MUTANTS")
-                cases.append(dataclasses.replace(case, source=broken))
+                                f"({name}): update the test's edits")
+                cases.append(dataclasses.replace(case, source=edited))
+    return cases
+
+
+@pytest.mark.parametrize("name,edits,variants,modes", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_broken_sm100_kernel_is_caught(name, edits, variants, modes):
+    rng, g = rngs("mutant", name)
+    cases = edited_cases(rng, g, f"mutant '{name}'", edits, variants, modes)
     check_all([dataclasses.replace(c, source=None) for c in cases], f"unbroken ({name})")
     assert_mutant_caught(name, cases, deadlock_s=20)
+
+
+def test_walk_skip_built_into_small_blocks_is_exact():
+    """The walk skip (built for blocks of 1024 threads) built into the emulated blocks
+    of 64: every schedule still exact, the slices past the 2^32 work units included."""
+    rng, g = rngs("walk skip")
+    cases = edited_cases(rng, g, "the walk skip at 64 threads", [SKIP_WALKS_AT_64],
+                         ("static", "chunked"), ("dense", "varlen"))
+    check_all(cases, "walk skip at 64 threads")
 
 
 def test_sm100_sanitized():
