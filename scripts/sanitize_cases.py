@@ -26,13 +26,16 @@ def main() -> int:
     # every variant, the small-bucket block sizes, the default chunked slabs, and
     # blocks with many slabs (chunk 1024: 293 slabs over at most 132 blocks; the chunk
     # knob is a power of two); slabs of 8 elements per thread (128 threads) are summed
-    # in registers (dense at next_n 1) when a block has more than one. The last field:
-    # next_n of the dense cases. Static tiles of 2048 to 8192 are read into registers
-    # (16-byte loads at next_n 1 and varlen; the last thread of 7999 has 7 elements).
+    # in registers (dense at next_n 1) when a block has more than one; slabs of 8192
+    # (1024 threads: the largest batches' chunked kernels, whose "sm100" blocks skip
+    # walks). The last field: next_n of the dense cases. Static tiles of 2048 to 8192
+    # are read into registers (16-byte loads at next_n 1 and varlen; the last thread of
+    # 7999 has 7 elements).
     cases = [("static", 1000, None, None, 3), ("static", 4096, None, None, 3),
              ("static", 7999, None, None, 1),
              ("dynamic", 20000, None, None, 3), ("chunked", 70000, None, None, 3),
-             ("chunked", 300000, None, None, 3), ("chunked", 300000, 1024, None, 3),
+             ("chunked", 300000, None, None, 3), ("chunked", 300000, 8192, None, 1),
+             ("chunked", 300000, 1024, None, 3),
              ("chunked", 300000, 1024, 128, 1), ("chunked", 5000, 1024, None, 3),
              ("chunked", 5000, 32, None, 3)]
     for variant, batch, chunk, threads, dense_next_n in cases:
