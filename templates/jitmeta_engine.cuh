@@ -379,11 +379,12 @@ struct Engine : F {
 
     // Whether a walk of the slice whose summary is `own`, after `before` (a prefix of
     // the batch), can place a row: some SM starts before the slice's end. Asked only
-    // where kSkipWalks: sums that never wrap, and blocks of 1024 threads, whose slabs
-    // (8192 elements) hold about one SM start at the batches that choose them, so most
-    // of their 32 warps skip the walk. In blocks of 256 and 512 threads the slab holds
-    // several starts, most warps walk anyway, and the check made them slower
-    // (measured on an H100 at 65536).
+    // where kSkipWalks: sums that never wrap, and blocks of 1024 threads, whose chunked
+    // slabs (8192 elements) hold about one SM start at the batches that choose them, so
+    // most of their 32 warps skip the walk. (A static tile of 8192 holds every start,
+    // but emit_whole takes it unless its total outgrows 32-bit keys.) In blocks of 256
+    // and 512 threads the slab holds several starts, most warps walk anyway, and the
+    // check made them slower (measured on an H100 at 65536).
     __device__ __forceinline__ static bool may_place(const Placer& p, const S& before,
                                                      const S& own) {
         return p.hits(F::work(S::compose(before, own)));
