@@ -32,6 +32,8 @@ SCHEMA = 2
 REPO = Path(__file__).resolve().parent.parent
 # absolute machine paths a committed file must not hold
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|root|home|work|Users)/")
+# ... and the whole path such a root starts (up to a space, quote, bracket or colon)
+MACHINE_PATH_RUN = re.compile(MACHINE_PATH.pattern + r"[^\s'\"()\[\]:;,]*")
 
 
 def spread(samples) -> dict | None:
@@ -153,6 +155,17 @@ def machine_paths(text: str) -> list[str]:
     return [text[max(0, m.start() - 20):m.end() + 20] for m in MACHINE_PATH.finditer(text)]
 
 
+def scrub_log(text: str, root: str) -> str:
+    """A device log's ``text`` fit to commit: the tree the run used (``root``, also
+    where pytest writes it as ``../`` steps from its own directory) becomes ``<repo>``,
+    and any other absolute machine path (the kernel cache, a lock file) ``<path>``."""
+    root = str(root).rstrip("/")
+    if root:
+        text = re.sub(r"(?:\.\./)*/?" + re.escape(root.lstrip("/")) + r"(?![\w.-])",
+                      "<repo>", text)
+    return MACHINE_PATH_RUN.sub("<path>", text)
+
+
 def write_record(record: dict, out_dir, name: str) -> Path:
     """Write ``record`` as ``out_dir/name`` (JSON); refuses one that holds a machine
     path (the committed records must stand on any machine)."""
@@ -183,3 +196,10 @@ def schedules() -> tuple[str, ...]:
         raise RuntimeError(f"jitmeta's SCHEDULES must be a non-empty tuple of names; "
                            f"got {found!r}")
     return found
+
+
+if __name__ == "__main__":
+    # python3 bench/records.py scrub ROOT < LOG > PORTABLE_LOG (scripts/gpu_session.sh)
+    if len(sys.argv) != 3 or sys.argv[1] != "scrub":
+        sys.exit("usage: python3 bench/records.py scrub ROOT < LOG > PORTABLE_LOG")
+    sys.stdout.write(scrub_log(sys.stdin.read(), sys.argv[2]))

@@ -78,7 +78,15 @@ for stage in $stages; do
       sanitizer racecheck & k=$!
       wait $t; r=$?; tests_said $r; rc=$((rc | r))
       wait $m; r=$?; sanitizer_said memcheck $r; rc=$((rc | r))
-      wait $k; r=$?; sanitizer_said racecheck $r; rc=$((rc | r)) ;;
+      wait $k; r=$?; sanitizer_said racecheck $r; rc=$((rc | r))
+      # the three logs in one, without machine paths: the file to commit as
+      # docs/benchmarks/experiments/<date>-<device>-<commit>-checks.log
+      { echo "# bash scripts/gpu_session.sh checks (tree ${JITMETA_BENCH_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%F))"
+        cat "$OUT/device.txt"
+        echo "## pytest -m gpu"; cat "$OUT/pytest-gpu.log"
+        for tool in memcheck racecheck; do
+          echo "## compute-sanitizer $tool"; cat "$OUT/sanitizer-$tool.log"
+        done; } | python3 "$repo/bench/records.py" scrub "$repo" > "$OUT/checks.log" ;;
     memcheck|racecheck|sanitize)
       tools=$stage; [ "$stage" = sanitize ] && tools="memcheck racecheck"
       for tool in $tools; do

@@ -92,6 +92,24 @@ def test_committed_files_hold_no_machine_paths():
     assert records.machine_paths("docs/benchmarks/x.json <path>") == []
 
 
+def test_device_logs_are_scrubbed_of_machine_paths():
+    root = "/work/main/.scratch/trees/abc"
+    log = (f"rootdir: {root}\n"
+           f"../work/main/.scratch/trees/abc/tests/test_gpu_kernels.py::test_x PASSED\n"
+           f"{root}-other/file and {root}/x\n"
+           "WARNING: another process holds the compile lock /tmp/jitmeta-locks-0/5a-4b.lock "
+           "for key 4b (cache /tmp/jitmeta-cache); waiting\n"
+           "  /opt/torch/.venv/lib/python3.12/site-packages/torch/cuda/graphs.py:126: warn\n")
+    got = records.scrub_log(log, root)
+    assert records.machine_paths(got) == []
+    assert got.splitlines()[:2] == ["rootdir: <repo>",
+                                    "<repo>/tests/test_gpu_kernels.py::test_x PASSED"]
+    # a sibling whose name only starts like the root is not the repository
+    assert "<path> and <repo>/x" in got
+    assert "compile lock <path> for key 4b (cache <path>); waiting" in got
+    assert "/opt/torch/.venv/lib/python3.12/" in got  # not a machine-specific root
+
+
 def test_write_record_refuses_machine_paths(tmp_path):
     # machine paths built at run time, so that this file itself names none
     home_out = "/".join(("", "root", "out"))
