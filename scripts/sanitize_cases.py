@@ -9,6 +9,28 @@ import jitmeta
 from jitmeta import envs
 
 
+# Every variant, the small-bucket block sizes, the default chunked slabs, and blocks
+# with many slabs (chunk 1024: 293 slabs over at most 132 blocks; the chunk knob is a
+# power of two); slabs of 8 elements per thread (128 threads) are summed in registers
+# (dense at next_n 1) when a block has more than one; slabs of 8192 (1024 threads: the
+# largest batches' chunked kernels, whose "sm100" blocks skip walks). Between them the
+# cases reach every cubin that serves batches 1..2^24 on 132 SMs, dense and varlen
+# (tests/test_plan_codes.py checks it through the planner). Fields: variant, batch,
+# JITMETA_CHUNK, JITMETA_THREADS, next_n of the dense cases. Static tiles of 2048 to
+# 8192 are read into registers (16-byte loads at next_n 1 and varlen; the last thread
+# of 7999 has 7 elements).
+CASES = [("static", 1000, None, None, 3), ("static", 2000, None, None, 3),
+         ("static", 4096, None, None, 3), ("static", 7999, None, None, 1),
+         ("dynamic", 20000, None, None, 3),
+         ("chunked", 16384, None, None, 3), ("chunked", 70000, None, None, 3),
+         ("chunked", 200000, None, None, 3), ("chunked", 300000, None, None, 3),
+         ("chunked", 300000, 8192, None, 1), ("chunked", 300000, 1024, None, 3),
+         ("chunked", 300000, 1024, 128, 1), ("chunked", 5000, 1024, None, 3),
+         ("chunked", 5000, 32, None, 3)]
+# (format, num_sms) of every case, dense and varlen
+SHAPES = (("smxx", 4096), ("sm90", 1), ("smxx", 132), ("sm100", 132), ("sm100", 4096))
+
+
 def main() -> int:
     import logging, time
     logging.basicConfig(level=logging.DEBUG if "-v" in sys.argv else logging.INFO)
@@ -23,27 +45,11 @@ def main() -> int:
           torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx)), flush=True)
     gen = torch.Generator().manual_seed(0)
     bad = 0
-    # every variant, the small-bucket block sizes, the default chunked slabs, and
-    # blocks with many slabs (chunk 1024: 293 slabs over at most 132 blocks; the chunk
-    # knob is a power of two); slabs of 8 elements per thread (128 threads) are summed
-    # in registers (dense at next_n 1) when a block has more than one; slabs of 8192
-    # (1024 threads: the largest batches' chunked kernels, whose "sm100" blocks skip
-    # walks). The last field: next_n of the dense cases. Static tiles of 2048 to 8192
-    # are read into registers (16-byte loads at next_n 1 and varlen; the last thread of
-    # 7999 has 7 elements).
-    cases = [("static", 1000, None, None, 3), ("static", 4096, None, None, 3),
-             ("static", 7999, None, None, 1),
-             ("dynamic", 20000, None, None, 3), ("chunked", 70000, None, None, 3),
-             ("chunked", 300000, None, None, 3), ("chunked", 300000, 8192, None, 1),
-             ("chunked", 300000, 1024, None, 3),
-             ("chunked", 300000, 1024, 128, 1), ("chunked", 5000, 1024, None, 3),
-             ("chunked", 5000, 32, None, 3)]
-    for variant, batch, chunk, threads, dense_next_n in cases:
+    for variant, batch, chunk, threads, dense_next_n in CASES:
         with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk,
                            JITMETA_THREADS=threads):
             for varlen in (False, True):
-                for schedule, num_sms in (("smxx", 4096), ("sm90", 1), ("smxx", 132),
-                                          ("sm100", 132), ("sm100", 4096)):
+                for schedule, num_sms in SHAPES:
                     next_n = 1 if varlen else dense_next_n
                     ctx = torch.randint(0, 5000, (batch, next_n), generator=gen,
                                         dtype=torch.int32).cuda()

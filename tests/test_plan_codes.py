@@ -239,3 +239,32 @@ def test_sm90_is_served_by_the_smxx_cubins(sm90, varlen):
              for sch in ("smxx", "sm90")}
     assert set(codes["sm90"]) == set(codes["smxx"])
     assert {p.schedule for p in codes["sm90"].values()} == {"sm90"}
+
+
+def test_sanitizer_cases_reach_every_cubin_a_batch_uses(sm90):
+    """scripts/sanitize_cases.py runs under compute-sanitizer every cubin that serves
+    batches 1..2^24 on 132 SMs (dense next_n 1 and 2, varlen; every format): a block
+    size or slab the planner starts to use needs a case there."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    try:
+        import sanitize_cases
+    finally:
+        sys.path.pop(0)
+    reached = set()
+    for variant, batch, chunk, threads, dense_next_n in sanitize_cases.CASES:
+        with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk,
+                           JITMETA_THREADS=threads):
+            for varlen in (False, True):
+                for schedule, num_sms in sanitize_cases.SHAPES:
+                    reached.add(run_plan(batch, sm90, varlen, 1 if varlen else dense_next_n,
+                                         num_sms, schedule=schedule).code)
+    needed = set()
+    for schedule in ("smxx", "sm90", "sm100"):
+        for varlen, next_n in ((False, 1), (False, 2), (True, 1)):
+            needed |= set(kernels.codes_for_batches([(1, 2**24)], next_n, varlen, 132, 256,
+                                                    schedule, sm90))
+    missing = sorted(c.name for c in needed - reached)
+    assert not missing, f"cubins no sanitizer case runs: {missing}"
