@@ -446,7 +446,7 @@ def test_phase_trace_marks_every_traced_kernel():
         marks, spans = {"chunked": (14, 4), "static": (8, 0)}[p.variant]
         assert text.count("jitmeta_mark(") - 1 == marks, p.code.name
         assert text.count("jitmeta_add(") - 1 == spans, p.code.name
-        if fmt == "smxx" and runs is None:
+        if runs is None:  # the dense kernels of both formats compile once traced
             assert compile_cubin(text, CompileOptions("sm_90")).cubin
     assert {c.variant for c in seen} == {"static", "chunked"}
 
