@@ -93,9 +93,9 @@ def test_committed_files_hold_no_machine_paths():
 
 
 def test_device_logs_are_scrubbed_of_machine_paths():
-    root = "/work/main/.scratch/trees/abc"
+    root = "/tmp/device-tree"
     log = (f"rootdir: {root}\n"
-           f"../work/main/.scratch/trees/abc/tests/test_gpu_kernels.py::test_x PASSED\n"
+           f"../tmp/device-tree/tests/test_gpu_kernels.py::test_x PASSED\n"
            f"{root}-other/file and {root}/x\n"
            "WARNING: another process holds the compile lock /tmp/jitmeta-locks-0/5a-4b.lock "
            "for key 4b (cache /tmp/jitmeta-cache); waiting\n"
