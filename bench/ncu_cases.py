@@ -25,11 +25,14 @@ SHAPES = [(1, 1, False, "smxx"), (1024, 1, False, "smxx"), (8192, 1, False, "smx
           (8192, 1, True, "smxx"), (65536, 1, False, "smxx"), (8192, 1, True, "sm100")]
 STREAMING = [(1 << 22, 1, False, "smxx"), (1 << 22, 1, True, "smxx"),
              (1 << 22, 1, True, "sm100")]
+FORMATS = [(batch, 1, varlen, schedule) for batch, varlen in
+           ((1024, True), (16384, False), (65536, True)) for schedule in ("smxx", "sm100")]
 
 
 def main() -> None:
     g = torch.Generator().manual_seed(1234)
-    shapes = STREAMING if "--streaming" in sys.argv[1:] else SHAPES
+    args = sys.argv[1:]
+    shapes = STREAMING if "--streaming" in args else FORMATS if "--formats" in args else SHAPES
     for batch, next_n, varlen, schedule in shapes:
         ctx = torch.randint(1, 8193, (batch, next_n), generator=g, dtype=torch.int32).cuda()
         idx = (torch.arange(batch, dtype=torch.int32) // 2).cuda() if varlen else None

@@ -149,13 +149,14 @@ for stage in $stages; do
       done ;;
     ncu)
       # Nsight Compute over bench/ncu_cases.py, this version and the one in .before/
-      # (NCU_VERSIONS=after: this one only; NCU_CASES=--streaming: the large chunked calls)
+      # (NCU_VERSIONS=after: this one only; NCU_CASES=--streaming: the large chunked calls,
+      # --formats: "sm100" beside "smxx"; NCU_EXTRA: more ncu options, e.g. --metrics)
       versions=${NCU_VERSIONS:-before after}
       case " $versions " in *" before "*) install_before || { rc=1; continue; } ;; esac
       for which in $versions; do
         as_version $which timeout 200 ncu -k regex:jitmeta_emit --section SpeedOfLight \
             --section WarpStateStats --section InstructionStats --section SchedulerStats \
-            --section LaunchStats --section SourceCounters python3 "$repo/bench/ncu_cases.py" ${NCU_CASES:-} \
+            --section LaunchStats --section SourceCounters ${NCU_EXTRA:-} python3 "$repo/bench/ncu_cases.py" ${NCU_CASES:-} \
             > "$OUT/ncu-$which.txt" 2>&1
         r=$?; echo "ncu $which: exit $r"; grep -E "exact|Duration|Executed Instructions " "$OUT/ncu-$which.txt" | head -40
       done ;;
