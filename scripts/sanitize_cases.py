@@ -31,6 +31,18 @@ CASES = [("static", 1000, None, None, 3), ("static", 2000, None, None, 3),
 SHAPES = (("smxx", 4096), ("sm90", 1), ("smxx", 132), ("sm100", 132), ("sm100", 4096))
 
 
+def runs():
+    """(variant, batch, varlen, next_n, schedule, num_sms) of every case in every shape,
+    each yielded while its JITMETA_VARIANT / JITMETA_CHUNK / JITMETA_THREADS are set."""
+    for variant, batch, chunk, threads, dense_next_n in CASES:
+        with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk,
+                           JITMETA_THREADS=threads):
+            for varlen in (False, True):
+                for schedule, num_sms in SHAPES:
+                    yield (variant, batch, varlen, 1 if varlen else dense_next_n, schedule,
+                           num_sms)
+
+
 def main() -> int:
     import logging, time
     logging.basicConfig(level=logging.DEBUG if "-v" in sys.argv else logging.INFO)
@@ -45,23 +57,15 @@ def main() -> int:
           torch.equal(got, jitmeta.reference_schedule(ctx, 132, idx)), flush=True)
     gen = torch.Generator().manual_seed(0)
     bad = 0
-    for variant, batch, chunk, threads, dense_next_n in CASES:
-        with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk,
-                           JITMETA_THREADS=threads):
-            for varlen in (False, True):
-                for schedule, num_sms in SHAPES:
-                    next_n = 1 if varlen else dense_next_n
-                    ctx = torch.randint(0, 5000, (batch, next_n), generator=gen,
-                                        dtype=torch.int32).cuda()
-                    idx = (torch.arange(batch) // 3).to(torch.int32).cuda() if varlen \
-                        else None
-                    got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, num_sms, idx,
-                                                                schedule=schedule)
-                    want = jitmeta.reference_schedule(ctx, num_sms, idx, schedule=schedule)
-                    ok = torch.equal(got, want)
-                    bad += not ok
-                    print(f"{variant:8s} batch={batch:6d} varlen={varlen!s:5s} "
-                          f"{schedule} num_sms={num_sms:5d} {'ok' if ok else 'MISMATCH'}")
+    for variant, batch, varlen, next_n, schedule, num_sms in runs():
+        ctx = torch.randint(0, 5000, (batch, next_n), generator=gen, dtype=torch.int32).cuda()
+        idx = (torch.arange(batch) // 3).to(torch.int32).cuda() if varlen else None
+        got = jitmeta.get_paged_mqa_logits_metadata(ctx, 64, num_sms, idx, schedule=schedule)
+        want = jitmeta.reference_schedule(ctx, num_sms, idx, schedule=schedule)
+        ok = torch.equal(got, want)
+        bad += not ok
+        print(f"{variant:8s} batch={batch:6d} varlen={varlen!s:5s} "
+              f"{schedule} num_sms={num_sms:5d} {'ok' if ok else 'MISMATCH'}")
     # one request holding most SMs: its rows go through the row queue (chunked slabs
     # of 1024; varlen, every token its own request / atom)
     for schedule in jitmeta.SCHEDULES:

@@ -253,14 +253,8 @@ def test_sanitizer_cases_reach_every_cubin_a_batch_uses(sm90):
         import sanitize_cases
     finally:
         sys.path.pop(0)
-    reached = set()
-    for variant, batch, chunk, threads, dense_next_n in sanitize_cases.CASES:
-        with envs.override(JITMETA_VARIANT=variant, JITMETA_CHUNK=chunk,
-                           JITMETA_THREADS=threads):
-            for varlen in (False, True):
-                for schedule, num_sms in sanitize_cases.SHAPES:
-                    reached.add(run_plan(batch, sm90, varlen, 1 if varlen else dense_next_n,
-                                         num_sms, schedule=schedule).code)
+    reached = {run_plan(batch, sm90, varlen, next_n, num_sms, schedule=schedule).code
+               for _, batch, varlen, next_n, schedule, num_sms in sanitize_cases.runs()}
     needed = set()
     for schedule in ("smxx", "sm90", "sm100"):
         for varlen, next_n in ((False, 1), (False, 2), (True, 1)):
