@@ -8,7 +8,8 @@
 # Logs go to $OUT (or ./.device-out). Needs the platformdirs wheel in .whl/ (carried);
 # "cu12" needs .whl-cu12/ (scripts/cu12_smoke.sh); "hostcmp", "profile", "ncu" and "kernelab" need
 # an earlier version of the package unpacked in .before/ (git archive REV | tar -x -C
-# .before).
+# .before); "kernelab" also times every version unpacked in .lab/<commit>/ (carried as
+# .lab), so that one lease compares several branches.
 set -u -o pipefail
 OUT=${OUT:-$PWD/.device-out}; mkdir -p "$OUT"
 stages=${*:-tests memcheck bench racecheck}
@@ -34,12 +35,27 @@ install_before() {
       > /tmp/install-before.log 2>&1 || { cat /tmp/install-before.log; return 1; }
   before_ready=1
 }
-# Runs a command with version $1 ("before" or "after": this one) importable, each
-# version with its own kernel cache.
+# The versions in .lab/<commit>/, each installed into /tmp/site-lab-<commit> (kernelab).
+lab_versions() {
+  local d
+  for d in "$repo"/.lab/*/; do [ -d "$d" ] && basename "$d"; done
+}
+install_lab() {
+  rm -rf "/tmp/site-lab-$1"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+      --no-cache-dir --target "/tmp/site-lab-$1" "$repo"/.whl/*.whl "$repo/.lab/$1" \
+      > "/tmp/install-lab-$1.log" 2>&1 || { cat "/tmp/install-lab-$1.log"; return 1; }
+}
+# Runs a command with version $1 ("before", "after": this one, or a .lab commit)
+# importable, each version with its own kernel cache.
 as_version() {
   local which=$1 site=/tmp/site
   shift
-  [ "$which" = before ] && site=/tmp/site-before
+  case $which in
+    before) site=/tmp/site-before ;;
+    after) ;;
+    *) site=/tmp/site-lab-$which ;;
+  esac
   PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which "$@"
 }
 # The GPU test suite (with the CPU-built bundle, when carried: imported and used
@@ -182,15 +198,18 @@ for stage in $stages; do
         done
       done ;;
     kernelab)
-      # kernels A/B: the metadata benchmark (no tuning table) of the version in .before/
-      # and of this one, each with its own kernel cache, alternating, KERNELAB_RUNS
-      # times each (default 2); a record per run under $OUT/kernelab-{before,after}-N/ and
-      # its last lines here (KERNELAB_BATCHES: a comma list of batches instead of the
-      # default). The device brings back only a few files per call: the logs stay there.
-      # The records name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT
-      # ("before" if unset).
+      # kernels A/B: the metadata benchmark (no tuning table) of the version in .before/,
+      # of each version in .lab/<commit>/ and of this one, each with its own kernel
+      # cache, in turn, KERNELAB_RUNS times each (default 2); a record per run in
+      # kernelab-<version>-N/, all packed into $OUT/kernelab.tgz (the device brings back
+      # only a few files per call; the logs stay there), and each run's last lines here
+      # (KERNELAB_BATCHES: a comma list of batches instead of the default). The records
+      # name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT ("before" if
+      # unset), a .lab version its folder's name.
       # bench/compare_records.py --before ... --after ... makes their A/B table.
       install_before || { rc=1; continue; }
+      labs=$(lab_versions)
+      for v in $labs; do install_lab "$v" || rc=1; done
       # each version's cubins first, compiled on every core, so that a timed run only
       # loads them (a cold run with 2^24 batches outlasted its timeout); the shapes are
       # the benchmark's own (its batches, next_n values and SM count)
@@ -199,23 +218,29 @@ import benchmark_metadata as b
 n = sorted({b.mode_shape(m)[0] for m in b.MODES})
 print('--num-sms', b.NUM_SMS, '--batch', ','.join(map(str, b.BATCHES)), '--next-n', ','.join(map(str, n)))")
       [ -n "${KERNELAB_BATCHES:-}" ] && warm_args="$warm_args --batch $KERNELAB_BATCHES"
-      for which in before after; do
+      for which in before $labs after; do
         as_version $which timeout 300 python3 -m jitmeta.cache_tools.cli warm --device 0 \
             $warm_args --varlen both --format all > /tmp/kernelab-warm-$which.log 2>&1 \
             || { echo "kernelab warm $which failed:"; tail -5 /tmp/kernelab-warm-$which.log; }
       done
+      rm -rf /tmp/kernelab && mkdir -p /tmp/kernelab
       for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
-        for which in before after; do
-          mkdir -p "$OUT/kernelab-$which-$i"
-          commit=${JITMETA_BENCH_COMMIT:-}
-          [ "$which" = before ] && commit=${KERNELAB_BEFORE_COMMIT:-before}
+        for which in before $labs after; do
+          mkdir -p "/tmp/kernelab/kernelab-$which-$i"
+          case $which in
+            before) commit=${KERNELAB_BEFORE_COMMIT:-before} ;;
+            after) commit=${JITMETA_BENCH_COMMIT:-} ;;
+            *) commit=$which ;;
+          esac
           JITMETA_BENCH_COMMIT=$commit as_version $which timeout ${JITMETA_KERNELAB_TIMEOUT:-150} python3 \
               "$repo/bench/benchmark_metadata.py" --no-tuning \
-              ${KERNELAB_BATCHES:+--batches $KERNELAB_BATCHES} --out "$OUT/kernelab-$which-$i" \
+              ${KERNELAB_BATCHES:+--batches $KERNELAB_BATCHES} --out "/tmp/kernelab/kernelab-$which-$i" \
               > /tmp/kernelab-$which-$i.log 2>&1
           r=$?; echo "kernelab $which run $i: exit $r"; tail -3 /tmp/kernelab-$which-$i.log
           rc=$((rc | r))
         done
+        # packed after every round, so that a round cut short still leaves the others
+        tar -czf "$OUT/kernelab.tgz" -C /tmp/kernelab .
       done ;;
     launchmodes)
       # the chunked kernel launched cooperatively, as one cluster and plainly, against
