@@ -203,7 +203,9 @@ for stage in $stages; do
       # cache, in turn, KERNELAB_RUNS times each (default 2); a record per run in
       # kernelab-<version>-N/, all packed into $OUT/kernelab.tgz (the device brings back
       # only a few files per call; the logs stay there), and each run's last lines here
-      # (KERNELAB_BATCHES: a comma list of batches instead of the default). The records
+      # (KERNELAB_BATCHES: a comma list of batches instead of the default; KERNELAB_FIRST:
+      # the number of the first run, default 1, so that a second call on the same warm
+      # machine, its cubins already cached, adds runs of its own names). The records
       # name JITMETA_BENCH_COMMIT, the before ones KERNELAB_BEFORE_COMMIT ("before" if
       # unset), a .lab version its folder's name.
       # bench/compare_records.py --before ... --after ... makes their A/B table.
@@ -224,7 +226,8 @@ print('--num-sms', b.NUM_SMS, '--batch', ','.join(map(str, b.BATCHES)), '--next-
             || { echo "kernelab warm $which failed:"; tail -5 /tmp/kernelab-warm-$which.log; }
       done
       rm -rf /tmp/kernelab && mkdir -p /tmp/kernelab
-      for i in $(seq 1 ${KERNELAB_RUNS:-2}); do
+      first=${KERNELAB_FIRST:-1}
+      for i in $(seq $first $((first + ${KERNELAB_RUNS:-2} - 1))); do
         for which in before $labs after; do
           mkdir -p "/tmp/kernelab/kernelab-$which-$i"
           case $which in
@@ -238,9 +241,9 @@ print('--num-sms', b.NUM_SMS, '--batch', ','.join(map(str, b.BATCHES)), '--next-
               > /tmp/kernelab-$which-$i.log 2>&1
           r=$?; echo "kernelab $which run $i: exit $r"; tail -3 /tmp/kernelab-$which-$i.log
           rc=$((rc | r))
+          # packed after every run, so that a call cut short still brings back the others
+          tar -czf "$OUT/kernelab.tgz" -C /tmp/kernelab .
         done
-        # packed after every round, so that a round cut short still leaves the others
-        tar -czf "$OUT/kernelab.tgz" -C /tmp/kernelab .
       done ;;
     launchmodes)
       # the chunked kernel launched cooperatively, as one cluster and plainly, against
