@@ -24,39 +24,41 @@ cd /tmp   # import the installed package, not the checkout
 repo=$OLDPWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, jitmeta; print('torch', torch.__version__, 'jitmeta', jitmeta.__version__)" | tee -a "$OUT/device.txt"
-# The package in .before/ (an earlier version), installed once per run into
-# /tmp/site-before for the stages that compare versions.
+# Where version $1 is installed: "before" (the package in .before/, an earlier
+# version), "after" (this one) or a commit unpacked in .lab/<commit>/ (kernelab).
+site_of() {
+  case $1 in
+    before) echo /tmp/site-before ;;
+    after) echo /tmp/site ;;
+    *) echo "/tmp/site-lab-$1" ;;
+  esac
+}
+# Installs the package tree $2 as version $1, with the wheels of .whl/.
+install_version() {
+  local site
+  site=$(site_of "$1")
+  rm -rf "$site"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+      --no-cache-dir --target "$site" "$repo"/.whl/*.whl "$2" \
+      > "$site.log" 2>&1 || { cat "$site.log"; return 1; }
+}
+# .before/, installed once per run for the stages that compare versions.
 before_ready=""
 install_before() {
   [ -n "$before_ready" ] && return 0
-  rm -rf /tmp/site-before
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-      --no-cache-dir --target /tmp/site-before "$repo"/.whl/*.whl "$repo/.before" \
-      > /tmp/install-before.log 2>&1 || { cat /tmp/install-before.log; return 1; }
-  before_ready=1
+  install_version before "$repo/.before" && before_ready=1
 }
-# The versions in .lab/<commit>/, each installed into /tmp/site-lab-<commit> (kernelab).
+# The versions in .lab/<commit>/.
 lab_versions() {
   local d
   for d in "$repo"/.lab/*/; do [ -d "$d" ] && basename "$d"; done
 }
-install_lab() {
-  rm -rf "/tmp/site-lab-$1"
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-      --no-cache-dir --target "/tmp/site-lab-$1" "$repo"/.whl/*.whl "$repo/.lab/$1" \
-      > "/tmp/install-lab-$1.log" 2>&1 || { cat "/tmp/install-lab-$1.log"; return 1; }
-}
-# Runs a command with version $1 ("before", "after": this one, or a .lab commit)
-# importable, each version with its own kernel cache.
+# Runs a command with version $1 (site_of) importable, each version with its own
+# kernel cache.
 as_version() {
-  local which=$1 site=/tmp/site
+  local which=$1
   shift
-  case $which in
-    before) site=/tmp/site-before ;;
-    after) ;;
-    *) site=/tmp/site-lab-$which ;;
-  esac
-  PYTHONPATH=$site JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which "$@"
+  PYTHONPATH=$(site_of "$which") JITMETA_CACHE_DIR=/tmp/jitmeta-cache-$which "$@"
 }
 # The GPU test suite (with the CPU-built bundle, when carried: imported and used
 # offline) and one compute-sanitizer tool over scripts/sanitize_cases.py; each writes
@@ -211,7 +213,7 @@ for stage in $stages; do
       # bench/compare_records.py --before ... --after ... makes their A/B table.
       install_before || { rc=1; continue; }
       labs=$(lab_versions)
-      for v in $labs; do install_lab "$v" || rc=1; done
+      for v in $labs; do install_version "$v" "$repo/.lab/$v" || rc=1; done
       # each version's cubins first, compiled on every core, so that a timed run only
       # loads them (a cold run with 2^24 batches outlasted its timeout); the shapes are
       # the benchmark's own (its batches, next_n values and SM count)
