@@ -320,25 +320,28 @@ struct Engine : F {
     // thread (drain). A full queue: the thread writes them all itself. No prefix array
     // and no search over memory: the first SM at or past a work position is a closed
     // form (F::first_sm). Where sums never wrap, a slice holding no SM start is not
-    // walked at all (may_place).
-    struct Placer {
+    // walked at all (may_place). W: the width of its sums, Work, or 32 bits where a
+    // 64-bit format's total fits them (narrow rows, below).
+    template <class W>
+    struct PlacerOf {
+        typedef W Width;
         int2* rows;
         Scratch* sc;
-        Work q;
+        W q;
         u32 r, s;
         Sms num_sms;
-        Work x;  // sm_start(s), or ~0 once s > num_sms
+        W x;  // sm_start(s), or ~0 once s > num_sms
         bool queue;  // may queue (the whole block drains the queue after a barrier)
 
         __device__ __forceinline__ void seek(u32 sm) {
             s = sm;
-            x = sm <= num_sms ? F::sm_start(sm, q, r, num_sms) : ~(Work)0;
+            x = sm <= num_sms ? F::sm_start(sm, q, r, num_sms) : ~(W)0;
         }
         // A placer for this thread's walk, `work` units into the batch (q, r as
         // F::split_total gives them; `queue`: whether units may be queued).
-        __device__ __forceinline__ static Placer at(int* out, Scratch& sc, Work q, u32 r,
-                                                   Sms num_sms, bool queue, Work work) {
-            Placer p;
+        __device__ __forceinline__ static PlacerOf at(int* out, Scratch& sc, W q, u32 r,
+                                                     Sms num_sms, bool queue, W work) {
+            PlacerOf p;
             p.rows = reinterpret_cast<int2*>(out);
             p.sc = &sc;
             p.q = q;
@@ -349,10 +352,10 @@ struct Engine : F {
             return p;
         }
         // Whether some SM starts before hi (then it starts in the unit ending at hi).
-        __device__ __forceinline__ bool hits(Work hi) const { return x < hi; }
+        __device__ __forceinline__ bool hits(W hi) const { return x < hi; }
 
         // The rows of the SMs starting in [acc, hi): first and div as F::row takes them.
-        __device__ __forceinline__ void place(Work acc, Work hi, int first, u32 div) {
+        __device__ __forceinline__ void place(W acc, W hi, int first, u32 div) {
             const u32 after = s + kQueueAfter;
             if (kQueueCap != 0 && queue && after <= num_sms &&
                 F::sm_start(after, q, r, num_sms) < hi) {
@@ -376,6 +379,13 @@ struct Engine : F {
             } while (x < hi);
         }
     };
+    typedef PlacerOf<Work> Placer;
+
+    // Narrow rows: a 64-bit format whose total fits 32 bits (uniform: every block has
+    // the total) places the rows of a chunked grid's phase 2 with 32-bit sums (every
+    // prefix of the batch is at most the total), the chain of "smxx"'s; the 64-bit
+    // placement stays for larger totals and for the single-block variants.
+    enum { kNarrowRows = sizeof(Work) == 8 };
 
     // Whether a walk of the slice whose summary is `own`, after `before` (a prefix of
     // the batch), can place a row: some SM starts before the slice's end. Asked only
@@ -385,14 +395,16 @@ struct Engine : F {
     // but emit_whole takes it unless its total outgrows 32-bit keys.) In blocks of 256
     // and 512 threads the slab holds several starts, most warps walk anyway, and the
     // check made them slower (measured on an H100 at 65536).
-    __device__ __forceinline__ static bool may_place(const Placer& p, const S& before,
+    template <class P>
+    __device__ __forceinline__ static bool may_place(const P& p, const S& before,
                                                      const S& own) {
-        return p.hits(F::work(S::compose(before, own)));
+        return p.hits((typename P::Width)F::work(S::compose(before, own)));
     }
 
     // The queued rows, THREADS at a time across the entries (after a barrier: every
     // entry is written).
-    __device__ __forceinline__ static void drain(const Placer& p) {
+    template <class P>
+    __device__ __forceinline__ static void drain(const P& p) {
         if (kQueueCap == 0) return;
         __syncthreads();
         const u32 count = min(*queue_count(*p.sc), kQueueCap);
@@ -403,7 +415,7 @@ struct Engine : F {
             if (skip < n_rows) {
                 const int first = (int)e[0];
                 const u32 div = e[1];
-                const Work acc = (Work)((u64)e[5] << 32 | e[4]);
+                const typename P::Width acc = (typename P::Width)((u64)e[5] << 32 | e[4]);
                 for (; skip < n_rows; skip += THREADS) {
                     const u32 sm = s_lo + skip;
                     p.rows[sm] = F::row(first, div, F::sm_start(sm, p.q, p.r, p.num_sms) - acc);
@@ -458,7 +470,9 @@ struct Engine : F {
     // (carry-in: `carry` composed of all earlier slabs) by walking each thread's slice
     // (F::walk). `total` is the grand total (ignored when `whole`: the slab is the
     // whole batch and its own work is the total); `last` says this slab also owns the
-    // rows of the SMs starting at the total (F::end_row).
+    // rows of the SMs starting at the total (F::end_row). W: the width of the placement
+    // (32 bits only where the total fits them).
+    template <class W = Work>
     __device__ __forceinline__ static void emit_walk(u32* tile, const Scan& t, u32 lo,
                                                      S carry, Work total, bool whole,
                                                      bool last, u32 batch, u32 mult,
@@ -466,10 +480,10 @@ struct Engine : F {
                                                      Scratch& sc) {
         const S before = S::compose(carry, t.before);
         if (whole) total = F::work(S::compose(carry, t.block));
-        Work q;
+        W q;
         u32 r;
-        F::split_total(total, num_sms, &q, &r);
-        Placer p = Placer::at(out, sc, q, r, num_sms, true, F::work(before));
+        F::split_total((W)total, num_sms, &q, &r);
+        PlacerOf<W> p = PlacerOf<W>::at(out, sc, q, r, num_sms, true, (W)F::work(before));
         if constexpr (kSkipWalks) {
             if (may_place(p, before, t.own)) F::walk(tile, t, lo, before, mult, p);
         } else {
@@ -477,7 +491,7 @@ struct Engine : F {
         }
         if (last) {  // the SMs starting at the total (or later: none)
             const int2 end = F::end_row(batch, mult);
-            for (u32 e = F::first_sm(total, q, r, num_sms) + threadIdx.x; e <= num_sms;
+            for (u32 e = F::first_sm((W)total, q, r, num_sms) + threadIdx.x; e <= num_sms;
                  e += THREADS)
                 p.rows[e] = end;
         }
@@ -492,6 +506,7 @@ struct Engine : F {
     // are bound by latency instead, and the walk has the shorter chain (no prefix
     // pass, no barrier before the rows, no dependent search). Uniform control flow
     // around the barriers.
+    template <class W = Work>
     __device__ __forceinline__ static void emit_scanned(u32* tile, const Scan& t, u32 lo,
                                                         u32 n, S carry, Work total,
                                                         bool whole, bool last, u32 batch,
@@ -501,16 +516,18 @@ struct Engine : F {
         if (whole && emit_whole<0u>([tile, b](u32 k) { return tile[pad(b + k)]; }, tile, t, n,
                                     batch, mult, num_sms, out))
             return;
-        emit_walk(tile, t, lo, carry, total, whole, last, batch, mult, num_sms, out, sc);
+        emit_walk<W>(tile, t, lo, carry, total, whole, last, batch, mult, num_sms, out, sc);
     }
 
     // Scans a slab reloaded into the tile and writes its rows (see emit_scanned).
+    template <class W = Work>
     __device__ __forceinline__ static void emit_reloaded(u32* tile, u32 lo, u32 n, S carry,
                                                          Work total, u32 batch, u32 mult,
                                                          Sms num_sms, int* __restrict__ out,
                                                          Scratch& sc) {
         const Scan t = scan_tile(tile, lo, n, mult, sc);
-        emit_scanned(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out, sc);
+        emit_scanned<W>(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out,
+                        sc);
     }
 
     // --- chunked variant: one cooperative launch ---------------------------------------
@@ -1096,11 +1113,24 @@ struct Engine : F {
             const u32 s = F::first_sm(base, q, r, num_sms);
             return s <= num_sms && F::sm_start(s, q, r, num_sms) < end;
         };
+        // f(W{}) with W the width of the rows' placement: 32 bits where a 64-bit
+        // format's total fits them (kNarrowRows; uniform), else Work
+        auto with_width = [&](const auto& f) {
+            if constexpr (kNarrowRows) {
+                if (((u64)total >> 32) == 0u) {
+                    f(u32{});
+                    return;
+                }
+            }
+            f(Work{});
+        };
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         if (j1 == slabs || starts_in(carry_last, kept.block)) {
             const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
-            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,
-                         mult, num_sms, out, sc);
+            with_width([&](auto w) {
+                emit_scanned<decltype(w)>(tile, kept, lo, n, carry_last, total, false,
+                                          j1 == slabs, batch, mult, num_sms, out, sc);
+            });
         }
         // The rows of register slab j (`pre`: every slab before it). Its parts holding a
         // start, found as the slabs are, go one to a warp: the warp loads its 256
@@ -1137,8 +1167,12 @@ struct Engine : F {
                 Scanned<S> t{};
                 t.b = 8u * lane;
                 t.end = t.b + 8u;
-                Placer pl = Placer::at(out, sc, q, r, num_sms, false, F::work(before));
-                F::walk(region, t, lo + pt * 256u, before, mult, pl);
+                with_width([&](auto w) {
+                    typedef decltype(w) W;
+                    PlacerOf<W> pl =
+                        PlacerOf<W>::at(out, sc, (W)q, r, num_sms, false, (W)F::work(before));
+                    F::walk(region, t, lo + pt * 256u, before, mult, pl);
+                });
                 __syncwarp();  // the region takes this warp's next part
             }
         };
@@ -1165,7 +1199,10 @@ struct Engine : F {
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
                 __syncthreads();
-                emit_reloaded(tile, lo, n, cl, total, batch, mult, num_sms, out, sc);
+                with_width([&](auto w) {
+                    emit_reloaded<decltype(w)>(tile, lo, n, cl, total, batch, mult, num_sms,
+                                               out, sc);
+                });
             }
         }
     }

@@ -173,6 +173,12 @@ struct Sm100 {
     }
 
     // q, r = total / num_sms, total % num_sms: a 32-bit division when the total fits.
+    // (The u32 forms serve the engine's narrow rows: a total known to fit 32 bits.)
+    __device__ __forceinline__ static void split_total(u32 total, u32 num_sms, u32* q,
+                                                       u32* r) {
+        *q = total / num_sms;
+        *r = total % num_sms;
+    }
     __device__ __forceinline__ static void split_total(u64 total, u32 num_sms, u64* q,
                                                        u32* r) {
         if ((total >> 32) == 0) {
@@ -185,16 +191,19 @@ struct Sm100 {
     }
 
     // a / b, in 32 bits when both fit.
+    __device__ __forceinline__ static u32 quot(u32 a, u32 b) { return a / b; }
     __device__ __forceinline__ static u64 quot(u64 a, u64 b) {
         return ((a | b) >> 32) == 0 ? (u64)((u32)a / (u32)b) : a / b;
     }
 
     // First s in [0, num_sms] with w(s) >= x, for x <= total = num_sms * q + r, in
     // closed form: the first r SMs take q + 1 units, the others q (q >= 1 when x is past
-    // the first r). No product below exceeds the total.
-    __device__ __forceinline__ static u32 first_sm(u64 x, u64 q, u32 r, u32 /*num_sms*/) {
+    // the first r). No product below exceeds the total (r * (q + 1) <= num_sms * q + r),
+    // so W may be 32 bits where the total fits them.
+    template <class W>
+    __device__ __forceinline__ static u32 first_sm(W x, W q, u32 r, u32 /*num_sms*/) {
         if (x == 0) return 0u;
-        const u64 wide = (u64)r * (q + 1u);  // where the SMs of q + 1 units end
+        const W wide = (W)r * (q + 1u);  // where the SMs of q + 1 units end
         if (r != 0u && x <= wide) return (u32)quot(x - 1u, q + 1u) + 1u;
         return r + (u32)quot(x - wide - 1u, q) + 1u;
     }
@@ -267,8 +276,9 @@ struct Sm100 {
 
     // The row of the SM starting `off` units into a request of `tokens` tokens from
     // token `first` (off < segs * tokens: the split is off / tokens).
-    __device__ __forceinline__ static int2 row(int first, u32 tokens, u64 off) {
-        return make_int2(first, (int)quot(off, tokens));
+    template <class W>
+    __device__ __forceinline__ static int2 row(int first, u32 tokens, W off) {
+        return make_int2(first, (int)quot(off, (W)tokens));
     }
 
     // The row of an SM starting at the total: past the last request, (T, 0).
@@ -280,13 +290,15 @@ struct Sm100 {
     // scanned tile, `before` being the composition of everything before the slice:
     // dense, the request of element i; varlen, the run ending at token i (a run end:
     // the next token starts a run), which started at the last boundary at or before i.
+    // Sums in the placer's width (32 bits only where the total fits them).
     template <class Placer>
     __device__ __forceinline__ static void walk(const u32* tile, const Scanned<S>& t, u32 lo,
                                                 const S& before, u32 next_n, Placer& placer) {
-        u64 acc = work(before);  // the work of the requests ending before the slice
+        typedef typename Placer::Width W;
+        W acc = (W)work(before);  // the work of the requests ending before the slice
         if constexpr (!VARLEN) {
             for (u32 i = t.b; i < t.end; ++i) {
-                const u64 hi = acc + (u64)tile[pad(i)] * next_n;
+                const W hi = acc + (W)tile[pad(i)] * next_n;
                 if (placer.hits(hi)) placer.place(acc, hi, (int)((lo + i) * next_n), next_n);
                 acc = hi;
             }
@@ -298,7 +310,7 @@ struct Sm100 {
                 if (cur & kBoundary) rs = lo + i;
                 if (next & kBoundary) {  // the run [rs, lo + i] ends here
                     const u32 tokens = lo + i - rs + 1u;
-                    const u64 hi = acc + (u64)(cur & kSegMask) * tokens;
+                    const W hi = acc + (W)(cur & kSegMask) * tokens;
                     if (placer.hits(hi)) placer.place(acc, hi, (int)rs, tokens);
                     acc = hi;
                 }
