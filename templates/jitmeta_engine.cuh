@@ -1113,24 +1113,22 @@ struct Engine : F {
             const u32 s = F::first_sm(base, q, r, num_sms);
             return s <= num_sms && F::sm_start(s, q, r, num_sms) < end;
         };
-        // f(W{}) with W the width of the rows' placement: 32 bits where a 64-bit
-        // format's total fits them (kNarrowRows; uniform), else Work
-        auto with_width = [&](const auto& f) {
-            if constexpr (kNarrowRows) {
-                if (((u64)total >> 32) == 0u) {
-                    f(u32{});
-                    return;
-                }
-            }
-            f(Work{});
-        };
+        // The block's last slab, still in shared memory: where the grid is about a
+        // slab per block (up to 2^20 or so), the only one with rows. A 64-bit format
+        // places them in 32 bits when the total fits (kNarrowRows; uniform). The slabs
+        // below keep Work: every narrow copy of the placement (all of it is inlined)
+        // lengthens NVRTC's compile, and blocks of many slabs spend their time streaming.
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         if (j1 == slabs || starts_in(carry_last, kept.block)) {
             const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
-            with_width([&](auto w) {
-                emit_scanned<decltype(w)>(tile, kept, lo, n, carry_last, total, false,
-                                          j1 == slabs, batch, mult, num_sms, out, sc);
-            });
+            bool narrow = false;
+            if constexpr (kNarrowRows) narrow = ((u64)total >> 32) == 0u;
+            if (narrow)
+                emit_scanned<u32>(tile, kept, lo, n, carry_last, total, false, j1 == slabs,
+                                  batch, mult, num_sms, out, sc);
+            else
+                emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,
+                             mult, num_sms, out, sc);
         }
         // The rows of register slab j (`pre`: every slab before it). Its parts holding a
         // start, found as the slabs are, go one to a warp: the warp loads its 256
@@ -1167,12 +1165,8 @@ struct Engine : F {
                 Scanned<S> t{};
                 t.b = 8u * lane;
                 t.end = t.b + 8u;
-                with_width([&](auto w) {
-                    typedef decltype(w) W;
-                    PlacerOf<W> pl =
-                        PlacerOf<W>::at(out, sc, (W)q, r, num_sms, false, (W)F::work(before));
-                    F::walk(region, t, lo + pt * 256u, before, mult, pl);
-                });
+                Placer pl = Placer::at(out, sc, q, r, num_sms, false, F::work(before));
+                F::walk(region, t, lo + pt * 256u, before, mult, pl);
                 __syncwarp();  // the region takes this warp's next part
             }
         };
@@ -1199,10 +1193,7 @@ struct Engine : F {
                 __syncthreads();  // every thread is done with the slab in the tile
                 load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);
                 __syncthreads();
-                with_width([&](auto w) {
-                    emit_reloaded<decltype(w)>(tile, lo, n, cl, total, batch, mult, num_sms,
-                                               out, sc);
-                });
+                emit_reloaded(tile, lo, n, cl, total, batch, mult, num_sms, out, sc);
             }
         }
     }

@@ -360,7 +360,7 @@ MUTANTS = [
      [(r"acc \+= at\(k\) \* next_n;", "acc += at(k);")],
      ("static", "dynamic"), ("dense",)),
     ("chunked rows placed in 32 bits whatever the total",
-     [(r"if \(\(\(u64\)total >> 32\) == 0u\) \{", "if (true) {")],
+     [(r"narrow = \(\(u64\)total >> 32\) == 0u;", "narrow = true;")],
      ("chunked",), ("dense", "varlen")),
     ("divisions in 32 bits past 2^32", [(r"return \(\(a \| b\) >> 32\) == 0 \?", "return true ?")],
      ("static", "chunked"), ("dense", "varlen")),
