@@ -111,8 +111,12 @@ EDITS = [
      "{a}                jitmeta_mark(%d, true);\n" % WAITED),
     ("chunked", "                    sc.warp[0] = wait_slot<kResultStride>(res + kTotalOffset, epoch + 1u);\n",
      "{a}                jitmeta_mark(%d, true);\n" % WAITED),
-    ("chunked", "            emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
-     "                         mult, num_sms, out, sc);\n",
+    ("chunked", "            if (narrow)\n"
+     "                emit_scanned<u32>(tile, kept, lo, n, carry_last, total, false, j1 == slabs,\n"
+     "                                  batch, mult, num_sms, out, sc);\n"
+     "            else\n"
+     "                emit_scanned(tile, kept, lo, n, carry_last, total, false, j1 == slabs, batch,\n"
+     "                             mult, num_sms, out, sc);\n",
      "            unsigned long long jm_t = jitmeta_begin();\n{a}"
      "            jitmeta_add(%d, jm_t);\n" % RESIDENT),
     ("chunked", "                load_tile(tile, ctx, idx, lo, n, batch, next_n, mult);\n"
