@@ -17,18 +17,23 @@
 // start is the last boundary at or before t, so a segment of tokens is summarized, as
 // a function of the run start rs coming into it, by
 //   lastb     its last boundary position (kNone if it has none),
-//   closed    the weights of its run ends after its first boundary (rs-independent),
-//   lead_seg, lead_end   its run end before its first boundary, if any: segs and
-//             token + 1 (lead_end = 0: none). There is at most one: tokens before the
-//             first boundary all belong to the run coming in, which ends once,
-// and adds closed + lead_seg * (lead_end - rs). Composition "A then B" resolves B's
-// leading run end with A's last boundary when A has one; else at most one of A and B
-// has a leading run end (if A, a run end with no boundary after it in A, it is A's
-// last token, and B starts with a boundary), and it stays leading. The composition is
-// associative, so slices, slabs and blocks are joined by ordinary scans. A prefix of
-// the batch starts with token 0, a boundary, so it has no leading run end: its work is
-// `closed`. All work sums are 64-bit; the summary is five 32-bit fields and a spare
-// (padding to 8 bytes, always 0, which the engine's exchange skips: kLiveFields).
+//   lead_seg  the segs of its run end before its first boundary (0 if none): there is
+//             at most one, since the tokens before the first boundary all belong to the
+//             run coming in, which ends once,
+//   closed    the weights of its run ends after its first boundary, plus, for that
+//             leading run end at token e, lead_seg * (e + 1),
+// and adds closed - lead_seg * rs (the leading run end's weight is lead_seg *
+// (e + 1 - rs)). Composition "A then B" resolves B's leading run end with A's last
+// boundary when A has one (subtracting B.lead_seg * A.lastb); else at most one of A
+// and B has a leading run end (if A, a run end with no boundary after it in A, it is
+// A's last token, and B starts with a boundary), and it stays leading. A leading run
+// end of 0 segs weighs nothing whatever its run start, so lead_seg = 0 stands for it
+// too. The composition is associative (the subtracted terms are the same however the
+// segments group), so slices, slabs and blocks are joined by ordinary scans. A prefix
+// of the batch starts with token 0, a boundary, so it has no leading run end: its work
+// is `closed`. All work sums are 64-bit (closed never falls below the weight it will
+// lose: B.closed >= B.lead_seg * B's leading run end + 1 > B.lead_seg * A.lastb); the
+// summary is four 32-bit fields.
 //
 // Rows: a block holding the whole batch searches 32-bit prefix keys (prefix_whole,
 // row_at) while the total fits them; otherwise each thread walks its slice again and
@@ -62,34 +67,26 @@ template <> struct Sm100Summary<false> {
 template <> struct Sm100Summary<true> {
     static constexpr u32 kNone = 0xffffffffu;  // no boundary in the segment
     u64 closed;
-    u32 lead_seg, lead_end, lastb;
-    u32 spare;  // always 0 (the summary is published field by field)
-    __device__ __forceinline__ static Sm100Summary identity() {
-        return {0ull, 0u, 0u, kNone, 0u};
-    }
+    u32 lead_seg, lastb;
+    __device__ __forceinline__ static Sm100Summary identity() { return {0ull, 0u, kNone}; }
     // "a then b"
     __device__ __forceinline__ static Sm100Summary compose(const Sm100Summary& a,
                                                            const Sm100Summary& b) {
         const bool has = a.lastb != kNone;  // b's leading run end started at a.lastb
         Sm100Summary c;
-        // b.lead_end > a.lastb when b has a leading run end; else b.lead_seg is 0
-        c.closed = a.closed + b.closed + (has ? (u64)b.lead_seg * (b.lead_end - a.lastb) : 0ull);
+        c.closed = a.closed + b.closed - (has ? (u64)b.lead_seg * a.lastb : 0ull);
         c.lead_seg = has ? a.lead_seg : a.lead_seg + b.lead_seg;  // one of them is 0
-        c.lead_end = has ? a.lead_end : a.lead_end + b.lead_end;
         c.lastb = b.lastb != kNone ? b.lastb : a.lastb;
-        c.spare = 0u;
         return c;
     }
     __device__ __forceinline__ Sm100Summary shfl_up(u32 delta) const {
         return {__shfl_up_sync(0xffffffffu, closed, delta),
                 __shfl_up_sync(0xffffffffu, lead_seg, delta),
-                __shfl_up_sync(0xffffffffu, lead_end, delta),
-                __shfl_up_sync(0xffffffffu, lastb, delta), 0u};
+                __shfl_up_sync(0xffffffffu, lastb, delta)};
     }
     __device__ __forceinline__ Sm100Summary shfl(int lane) const {
         return {__shfl_sync(0xffffffffu, closed, lane), __shfl_sync(0xffffffffu, lead_seg, lane),
-                __shfl_sync(0xffffffffu, lead_end, lane), __shfl_sync(0xffffffffu, lastb, lane),
-                0u};
+                __shfl_sync(0xffffffffu, lastb, lane)};
     }
 };
 
@@ -99,8 +96,8 @@ struct Sm100 {
     typedef u64 Work;
     static constexpr int kThreads = THREADS;
     static constexpr bool kVarlen = VARLEN;
-    static constexpr u32 kSlotWords = VARLEN ? 16 : 8;  // 6 / 2 fields of 32 bits
-    static constexpr u32 kLiveFields = VARLEN ? 5 : 2;  // varlen: not the spare
+    static constexpr u32 kSlotWords = 8;  // 4 / 2 fields of 32 bits
+    static constexpr u32 kLiveFields = VARLEN ? 4 : 2;  // no padding
     static constexpr u32 kTileAlign = 2;  // 8-byte summaries share the block's smem
 
     __device__ __forceinline__ static u32 segs(int ctx) {
@@ -157,18 +154,15 @@ struct Sm100 {
 
     // Varlen: appends token t (packed word `cur`; `next`: the token after it) to a
     // summary: a boundary moves the last boundary to t; a run end (the next token
-    // starts a run) adds its run's work, or becomes the leading run end when the
-    // summary has no boundary yet.
+    // starts a run) adds its run's work, or, when the summary has no boundary yet,
+    // becomes the leading run end (its weight from position 0 in closed, its segs kept).
     __device__ __forceinline__ static void step(S& s, u32 cur, u32 next, u32 t) {
         if (cur & kBoundary) s.lastb = t;
         if (next & kBoundary) {  // t ends a run
             const u32 seg = cur & kSegMask;
-            if (s.lastb != S::kNone) {
-                s.closed += (u64)seg * (t - s.lastb + 1u);
-            } else {
-                s.lead_seg = seg;
-                s.lead_end = t + 1u;
-            }
+            const bool lead = s.lastb == S::kNone;
+            s.closed += (u64)seg * (t + 1u - (lead ? 0u : s.lastb));
+            if (lead) s.lead_seg = seg;
         }
     }
 

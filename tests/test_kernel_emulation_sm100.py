@@ -320,7 +320,11 @@ SKIP_WALKS_AT_64 = (r"kSkipWalkThreads = 1024 \}", "kSkipWalkThreads = 64 }")
 
 MUTANTS = [
     ("leading run end resolved with run start 0",
-     [(r"\(u64\)b\.lead_seg \* \(b\.lead_end - a\.lastb\)", "(u64)b.lead_seg * b.lead_end")],
+     [(r"\(has \? \(u64\)b\.lead_seg \* a\.lastb : 0ull\)", "0ull")],
+     ("static", "chunked"), ("varlen",)),
+    ("leading run end's weight from position 0 not kept",
+     [(r"s\.closed \+= \(u64\)seg \* \(t \+ 1u - \(lead \? 0u : s\.lastb\)\);",
+       "if (!lead) s.closed += (u64)seg * (t + 1u - s.lastb);")],
      ("static", "chunked"), ("varlen",)),
     ("slice run start not carried in (each slice starts a run)",
      [(r"u32 rs = before\.lastb == S::kNone \? 0u : before\.lastb;",

@@ -283,9 +283,11 @@ NONE = None
 
 def summary_of(words, lo):
     """Summary of tokens [lo, lo + len(words) - 1): words are (seg, boundary) pairs,
-    the last one the halo (the token after the segment). (lastb, closed, lead_seg,
-    lead_end): lead_end is the token + 1 of the run end before the first boundary."""
-    lastb, closed, lead_seg, lead_end = NONE, 0, 0, 0
+    the last one the halo (the token after the segment). (lastb, closed, lead_seg):
+    the leading run end (before the first boundary) at token e keeps its segs in
+    lead_seg and adds lead_seg * (e + 1) to closed; its run start is subtracted when
+    it becomes known."""
+    lastb, closed, lead_seg, leads = NONE, 0, 0, 0
     for i in range(len(words) - 1):
         t = lo + i
         seg, bnd = words[i]
@@ -295,23 +297,24 @@ def summary_of(words, lo):
             if lastb is not NONE:
                 closed = (closed + seg * (t - lastb + 1)) & MASK64
             else:
-                assert lead_end == 0, "two run ends before the first boundary"
-                lead_seg, lead_end = seg, t + 1
-    return (lastb, closed, lead_seg, lead_end)
+                leads += 1
+                assert leads == 1, "two run ends before the first boundary"
+                lead_seg = seg
+                closed = (closed + seg * (t + 1)) & MASK64
+    return (lastb, closed, lead_seg)
 
 
-IDENTITY = (NONE, 0, 0, 0)
+IDENTITY = (NONE, 0, 0)
 
 
 def compose(a, b):
     """"a then b", as Sm100Summary<true>::compose."""
     has = a[0] is not NONE
     if not has:
-        assert not (a[3] and b[3]), "both sides have a leading run end"
-    closed = (a[1] + b[1] + (b[2] * (b[3] - a[0]) if has and b[3] else 0)) & MASK64
+        assert not (a[2] and b[2]), "both sides have a leading run end"
+    closed = (a[1] + b[1] - (b[2] * a[0] if has else 0)) & MASK64
     lead_seg = a[2] if has else a[2] + b[2]
-    lead_end = a[3] if has else a[3] + b[3]
-    return (b[0] if b[0] is not NONE else a[0], closed, lead_seg, lead_end)
+    return (b[0] if b[0] is not NONE else a[0], closed, lead_seg)
 
 
 def words_of(lens, idx, split_kv):
@@ -350,14 +353,14 @@ def test_summary_compose_is_associative_and_splits_anywhere():
             assert compose(compose(a, bb), c) == compose(a, compose(bb, c)), (k, SEED_NOTE)
         # a prefix of the batch starts with a boundary: no leading run end, and its work
         # (closed) equals the sum of the requests' work
-        assert whole[2] == whole[3] == 0
+        assert whole[2] == 0
         assert whole[1] == int(reference_total(column(lens), idx, split_kv)), SEED_NOTE
         # an inner segment evaluated with its true incoming run start
         if cuts:
             x = cuts[0]
             rs = max(t for t in range(x) if words[t][1]) if x else 0
             inner = summary_of(words[x:b + 1], x)
-            got = (inner[1] + (inner[2] * (inner[3] - rs) if inner[3] else 0)) & MASK64
+            got = (inner[1] - inner[2] * rs) & MASK64
             prefix = summary_of(words[:x + 1], 0)
             assert got == (whole[1] - prefix[1]) & MASK64, SEED_NOTE
 

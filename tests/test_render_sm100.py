@@ -4,8 +4,8 @@ constants Python and CUDA share are checked by the compiler.
 Shared memory (.nv.shared of the cubin) must equal the planner's formula: for sm100 the
 tile is declared with an even number of words (its 8-byte summaries share the block's
 shared memory, so no alignment padding can appear whatever order the compiler picks)
-and a summary is 8 B (dense: the 64-bit work sum) or 32 B (varlen: three 64-bit sums,
-the last boundary and a spare word).
+and a summary is 8 B (dense: the 64-bit work sum) or 16 B (varlen: a 64-bit sum, the
+segs of the leading run end and the last boundary).
 """
 
 from __future__ import annotations
@@ -38,28 +38,28 @@ def _lay(schedule, varlen):
 CASES = [
     # tile_words(1024) = 1057 -> 1058 words; scratch (256 / 32 + 2) * 8 = 80
     ("sm_90", 1000, False, {}, ("static", 1024, 256), (1058 * 4 + 80 + 1024, 0)),
-    # scratch 10 * 24 = 240
-    ("sm_90", 1000, True, {}, ("static", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
-    # tile_words(8192) = 8449 -> 8450; scratch 34 * 24 = 816: 35640 B <= 48 KiB
-    ("sm_90", 8192, True, {}, ("static", 8192, 1024), (8450 * 4 + 816 + 1024, 0)),
+    # scratch 10 * 16 = 160
+    ("sm_90", 1000, True, {}, ("static", 1024, 256), (1058 * 4 + 160 + 1024, 0)),
+    # tile_words(8192) = 8449 -> 8450; scratch 34 * 16 = 544: 35368 B <= 48 KiB
+    ("sm_90", 8192, True, {}, ("static", 8192, 1024), (8450 * 4 + 544 + 1024, 0)),
     # dynamic: ceil16(34 * 8 + 1024) = 1296; tile_words(9000) = 9282 words
     ("sm_90", 9000, False, {"JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 1024),
      (1296, 9282 * 4)),
-    # ceil16(34 * 24 + 1024) = 1840
+    # ceil16(34 * 16 + 1024) = 1568
     ("sm_100", 9000, True, {"JITMETA_VARIANT": "dynamic"}, ("dynamic", 0, 1024),
-     (1840, 9282 * 4)),
+     (1568, 9282 * 4)),
     # chunked slabs of 1024 at 256 threads (batch <= 132 * 1024; varlen <= 132 * 256)
     ("sm_100", 10**5, False, {}, ("chunked", 1024, 256), (1058 * 4 + 80 + 1024, 0)),
-    ("sm_90", 30000, True, {}, ("chunked", 1024, 256), (1058 * 4 + 240 + 1024, 0)),
+    ("sm_90", 30000, True, {}, ("chunked", 1024, 256), (1058 * 4 + 160 + 1024, 0)),
     # varlen past 132 * 256: slabs of 2048 at 256 threads (tile_words(2048) = 2113 -> 2114)
-    ("sm_90", 10**5, True, {}, ("chunked", 2048, 256), (2114 * 4 + 240 + 1024, 0)),
+    ("sm_90", 10**5, True, {}, ("chunked", 2048, 256), (2114 * 4 + 160 + 1024, 0)),
     # 2^24 tokens: varlen, streaming slabs of 4096 at 512 threads (tile_words(4096) =
-    # 4225 -> 4226; scratch 18 * 24 = 432); dense, slabs of 8192 at 1024 threads
-    ("sm_100", 2**24, True, {}, ("chunked", 4096, 512), (4226 * 4 + 432 + 1024, 0)),
+    # 4225 -> 4226; scratch 18 * 16 = 288); dense, slabs of 8192 at 1024 threads
+    ("sm_100", 2**24, True, {}, ("chunked", 4096, 512), (4226 * 4 + 288 + 1024, 0)),
     ("sm_100", 2**24, False, {}, ("chunked", 8192, 1024), (8450 * 4 + 272 + 1024, 0)),
     # an odd tile: tile_words(100) = 104 words (even already); tile_words(32) = 34
     ("sm_90", 10**4, True, {"JITMETA_CHUNK": 100, "JITMETA_THREADS": 64},
-     ("chunked", 100, 64), (104 * 4 + 4 * 24 + 1024, 0)),
+     ("chunked", 100, 64), (104 * 4 + 4 * 16 + 1024, 0)),
     ("sm_90", 10**4, False, {"JITMETA_CHUNK": 33, "JITMETA_THREADS": 64},
      ("chunked", 33, 64), (36 * 4 + 4 * 8 + 1024, 0)),
 ]
@@ -75,17 +75,17 @@ def _plan(case):
 
 def test_sm100_figures():
     dense, varlen = _lay("sm100", False), _lay("sm100", True)
-    assert (dense.summary_bytes, varlen.summary_bytes) == (8, 24)
-    assert (dense.slot_words, varlen.slot_words) == (8, 16)
+    assert (dense.summary_bytes, varlen.summary_bytes) == (8, 16)
+    assert (dense.slot_words, varlen.slot_words) == (8, 8)
     assert (_lay("smxx", False).slot_words, _lay("sm90", True).slot_words) == (8, 8)
     assert varlen.tile_alloc_words(1024) == 1058
     assert _lay("smxx", True).tile_alloc_words(1024) == 1057
     assert varlen.tile_alloc_words(100) == tile_words(100) == 104
-    assert smem_static(1024, 256, varlen, 1024) == 1058 * 4 + 240 + 1024
+    assert smem_static(1024, 256, varlen, 1024) == 1058 * 4 + 160 + 1024
     assert smem_chunked(8192, 1024, dense, 0) == 8450 * 4 + 34 * 8
-    assert smem_dynamic(1, 1024, varlen, 1024) == (1840, 8)
-    # the epoch and count, 3 slots of 16 words for each of 1024 blocks, 4 slabs of 6 words
-    assert workspace_words(4 * 8192, 8192, varlen) == 4 + 3 * 16 * 1024 + 4 * 6
+    assert smem_dynamic(1, 1024, varlen, 1024) == (1568, 8)
+    # the epoch and count, 3 slots of 8 words for each of 1024 blocks, 4 slabs of 4 words
+    assert workspace_words(4 * 8192, 8192, varlen) == 4 + 3 * 8 * 1024 + 4 * 4
     assert workspace_words(8193, 8192, dense) == 4 + 3 * 8 * 1024 + 2 * 2
 
 
@@ -131,16 +131,16 @@ def test_sm100_cubins_for_every_batch():
 
 
 @pytest.mark.parametrize("param,wrong,message", [
-    ("summary_bytes", 16, "scan summary size"),
+    ("summary_bytes", 24, "scan summary size"),
     ("scratch_bytes", 16, "block-scan scratch"),
-    ("slot_words", 8, "chunked workspace layout"),
+    ("slot_words", 16, "chunked workspace layout"),
     ("max_grid", 512, "chunked workspace layout"),
     ("epoch_words", 8, "chunked workspace layout"),
     ("tile_words", 1057, "tile size"),
 ])
 def test_mismatched_python_constant_fails_to_compile(param, wrong, message):
     """A planner figure that is not the kernel's is a compile error, not a wrong launch."""
-    code = _plan(CASES[6]).code  # chunked varlen: 24-byte summaries, 16-word slots
+    code = _plan(CASES[6]).code  # chunked varlen: 16-byte summaries, 8-word slots
     source = kernels.source(code)
     params = dict(source.params)
     assert params[param] != wrong

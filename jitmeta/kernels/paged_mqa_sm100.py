@@ -22,14 +22,14 @@ def _format_type(code: CodeSpec) -> str:
     return f"jitmeta::Sm100<{code.threads}, {code.split_kv}u, {str(code.varlen).lower()}>"
 
 
-#: Dense: a summary is one 64-bit work sum. Varlen: a 64-bit sum, the leading run end
-#: (segs, token + 1) and the last run boundary, padded to 24 bytes; its slot holds one
-#: tagged 64-bit word per 32-bit field.
+#: Dense: a summary is one 64-bit work sum. Varlen: a 64-bit sum, the segs of the
+#: leading run end and the last run boundary, 16 bytes; a slot holds one tagged 64-bit
+#: word per 32-bit field.
 #: Static tiles are declared in whole pairs of words, so the 8-byte summaries declared
 #: next to them need no padding.
 FAMILY = TileScheduleFamily(
     name="paged_mqa_schedule_sm100", schedules=("sm100",), header="jitmeta_sm100.cuh",
     rows_are_tokens=True,
     layouts={False: TileLayout(summary_bytes=8, slot_words=8, tile_align=2),
-             True: TileLayout(summary_bytes=24, slot_words=16, tile_align=2)},
+             True: TileLayout(summary_bytes=16, slot_words=8, tile_align=2)},
     format_type=_format_type)
