@@ -31,9 +31,9 @@
 // too. The composition is associative (the subtracted terms are the same however the
 // segments group), so slices, slabs and blocks are joined by ordinary scans. A prefix
 // of the batch starts with token 0, a boundary, so it has no leading run end: its work
-// is `closed`. All work sums are 64-bit (closed never falls below the weight it will
-// lose: B.closed >= B.lead_seg * B's leading run end + 1 > B.lead_seg * A.lastb); the
-// summary is four 32-bit fields.
+// is `closed`. All work sums are 64-bit, and closed never falls below what composition
+// subtracts from it: with e B's leading run end, which comes after A.lastb, B.closed >=
+// B.lead_seg * (e + 1) >= B.lead_seg * A.lastb. The summary is four 32-bit fields.
 //
 // Rows: a block holding the whole batch searches 32-bit prefix keys (prefix_whole,
 // row_at) while the total fits them; otherwise each thread walks its slice again and
