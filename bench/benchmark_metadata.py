@@ -17,7 +17,11 @@ and the first call of a fresh process whose disk cache holds the cubin.
 the PyTorch-ops schedule, the floor kernels' NVRTC compile, the record and its tables
 all run on the CPU; nothing is timed (timings are null). The record goes to
 ``docs/benchmarks/<date>-<device>.json``; ``python bench/make_tables.py`` then
-regenerates the tables of README.md and docs/benchmarks/README.md from it.
+regenerates the tables of README.md and docs/benchmarks/README.md from it. Once the
+timed rows are done the record is written with those alone (``meta.partial`` set), and
+replaced by the whole one at the end: a run stopped by a time limit during its tuning
+table or first-call runs still leaves its rows (bench/compare_records.py reads such a
+record; the table generator refuses it).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ TUNING_STATIC_THREADS = [128, 256, 512, 1024]  # block sizes tried for the stati
 TUNING_CHUNKS = [1024, 2048, 4096, 8192]
 DYNAMIC_MAX = 55970  # the dynamic variant serves up to here on an H200 (both modes)
 SEED = 20261202
+PARTIAL = ("timed rows only: written before the tuning table and the first-call runs, "
+           "which this run did not finish")
 
 
 # --- what a user would write instead: PyTorch ops, no host sync (capturable) ----------
@@ -325,7 +331,10 @@ def _fmt(timing) -> str:
 
 # --- main -------------------------------------------------------------------------------
 
-def run(args, argv) -> dict:
+def run(args, argv, checkpoint=None) -> dict:
+    """The whole record. ``checkpoint(record)``, when given, is called once the timed
+    rows are done with a record of those alone (``meta.partial`` says so), so that a
+    run stopped in its tuning table or first-call runs still leaves its rows."""
     dry = args.dry_run
     device = "cpu" if dry else "cuda"
     t_start = time.perf_counter()
@@ -397,26 +406,35 @@ def run(args, argv) -> dict:
                          f"  torch-ops {_fmt(ops and ops['us']):>9s}  exact={exact}"
                          + ("" if ops is None else f"/{ops['exact']}"))
             del ctx, idx
+
+    def record(tuning, cold, partial=None) -> dict:
+        meta = dict(records.base_meta(argv, "benchmark_metadata.py"), **meta_dev)
+        meta.update({"dry_run": dry, "num_sms": NUM_SMS, "block_kv": BLOCK_KV,
+                     "split_kv": 256, "calls_per_graph": CALLS_PER_GRAPH,
+                     "replays": REPLAYS, "repeats": REPEATS, "formats": list(formats),
+                     "modes": list(modes), "batches": batches,
+                     "inputs": f"context lengths uniform in [{LENGTHS[0]}, {LENGTHS[1]}]; "
+                               "varlen/runs=K: requests of K tokens; varlen/runs=LO..HI: "
+                               "run lengths uniform in [LO, HI]",
+                     "seed": args.seed, "exact_checked": "the output of the timed graph "
+                     "replays (out=), torch.equal against jitmeta.reference_schedule",
+                     "torch_ops_format": TORCH_OPS_FORMAT,
+                     "torch_ops_max_batch": TORCH_OPS_MAX_BATCH,
+                     "seconds": round(time.perf_counter() - t_start, 1)})
+        if partial is not None:
+            meta["partial"] = partial
+        return {"schema": records.SCHEMA, "kind": "gpu-metadata", "meta": meta,
+                "floors": {"empty": {"calls_per_graph": CALLS_PER_GRAPH, "us": empty}},
+                "touch": list(touch.values()), "rows": rows, "tuning": tuning, "cold": cold}
+
+    if checkpoint is not None:
+        checkpoint(record([], None, PARTIAL))
     tuning = [] if (args.quick or args.no_tuning) else tuning_rows(
         timer, gen, [b for b in TUNING_BATCHES if not dry or b <= 8192], device, progress)
     cold = None if args.quick else cold_first_call(dry)
     if cold is not None:
         progress(f"first call {cold}")
-    meta = dict(records.base_meta(argv, "benchmark_metadata.py"), **meta_dev)
-    meta.update({"dry_run": dry, "num_sms": NUM_SMS, "block_kv": BLOCK_KV, "split_kv": 256,
-                 "calls_per_graph": CALLS_PER_GRAPH, "replays": REPLAYS, "repeats": REPEATS,
-                 "formats": list(formats), "modes": list(modes), "batches": batches,
-                 "inputs": f"context lengths uniform in [{LENGTHS[0]}, {LENGTHS[1]}]; "
-                           "varlen/runs=K: requests of K tokens; varlen/runs=LO..HI: "
-                           "run lengths uniform in [LO, HI]",
-                 "seed": args.seed, "exact_checked": "the output of the timed graph "
-                 "replays (out=), torch.equal against jitmeta.reference_schedule",
-                 "torch_ops_format": TORCH_OPS_FORMAT,
-                 "torch_ops_max_batch": TORCH_OPS_MAX_BATCH,
-                 "seconds": round(time.perf_counter() - t_start, 1)})
-    return {"schema": records.SCHEMA, "kind": "gpu-metadata", "meta": meta,
-            "floors": {"empty": {"calls_per_graph": CALLS_PER_GRAPH, "us": empty}},
-            "touch": list(touch.values()), "rows": rows, "tuning": tuning, "cold": cold}
+    return record(tuning, cold)
 
 
 def main(argv=None) -> int:
@@ -438,15 +456,29 @@ def main(argv=None) -> int:
         print("no CUDA GPU: nothing to time (--dry-run runs everything else on the CPU)",
               file=sys.stderr)
         return 1
-    record = run(args, argv)
+    out_dir = args.out or (None if args.dry_run else records.REPO / "docs" / "benchmarks")
+    written = []
+
+    def save(record: dict) -> Path:
+        name = ("dry-run" if args.dry_run else records.slug(record["meta"]["device"]))
+        path = records.write_record(record, out_dir, f"{record['meta']['date']}-{name}.json")
+        written.append(path)
+        return path
+
+    def checkpoint(record: dict) -> None:
+        print(f"partial record (timed rows only, replaced at the end): {save(record)}",
+              flush=True)
+
+    record = run(args, argv, None if out_dir is None else checkpoint)
     import make_tables  # bench/, next to this file
 
     print()
     print(make_tables.gpu_table(record))
-    out_dir = args.out or (None if args.dry_run else records.REPO / "docs" / "benchmarks")
     if out_dir is not None:
-        name = ("dry-run" if args.dry_run else records.slug(record["meta"]["device"]))
-        path = records.write_record(record, out_dir, f"{record['meta']['date']}-{name}.json")
+        path = save(record)
+        for stale in written[:-1]:  # a checkpoint of another name (the date moved on)
+            if stale != path:
+                stale.unlink(missing_ok=True)
         print(f"record: {path}")
     bad = [r for r in record["rows"] if r["exact"] is not True
            or (r["torch_ops"] and r["torch_ops"]["exact"] is not True)]

@@ -10,7 +10,7 @@ A file's generated parts sit between ``<!-- generated:NAME -->`` and
 The current record of each kind (``gpu-metadata``, ``gpu-host``, ``cpu-nvrtc``,
 ``cpu-cli``) is
 the newest by file name (they start with the date); docs/benchmarks should hold one
-of each (history lives in git). Dry-run records are refused.
+of each (history lives in git). Dry-run and partial records are refused.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ class RecordError(ValueError):
 
 # --- records ------------------------------------------------------------------------------
 
-def read_record(path) -> dict:
+def read_record(path, partial_ok: bool = False) -> dict:
     """One record file, refused with a RecordError (naming the file) unless it is JSON
-    of this schema and a known kind, from a real run of the whole command."""
+    of this schema and a known kind, from a real run of the whole command (with
+    ``partial_ok``, also a metadata run stopped after its timed rows)."""
     path = Path(path)
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
@@ -55,6 +56,10 @@ def read_record(path) -> dict:
     if rec.get("meta", {}).get("dry_run"):
         raise RecordError(f"{path.name} is a dry-run record (a dry run has no timings): "
                           "delete it; only records of real runs are kept")
+    if rec.get("meta", {}).get("partial") and not partial_ok:
+        raise RecordError(f"{path.name} is a partial record ({rec['meta']['partial']}): "
+                          "the tables need a whole run; keep it in experiments/ and "
+                          "run the benchmark again")
     if rec.get("meta", {}).get("subset"):
         raise RecordError(f"{path.name} measured a subset of the warm command "
                           f"({rec['meta'].get('subset_options')}): delete it; run "

@@ -118,7 +118,8 @@ for stage in $stages; do
       # command runs on the device, where the copied tree's .git may be older than the
       # tree (seen on 2026-12-03 and 2026-12-06: the copy's .git stayed at the session's
       # first commit). Both records go to $OUT; copy them to docs/benchmarks/ and run
-      # python bench/make_tables.py.
+      # python bench/make_tables.py. A metadata run cut by its timeout leaves a record
+      # of its timed rows (meta.partial): for experiments/, not for the tables.
       git -C "$repo" rev-parse HEAD > /dev/null 2>&1 || [ -n "${JITMETA_BENCH_COMMIT:-}" ] ||
         echo "note: no .git and no JITMETA_BENCH_COMMIT: the records will say commit unknown"
       timeout ${JITMETA_BENCH_TIMEOUT:-270} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60

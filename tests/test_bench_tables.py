@@ -159,7 +159,7 @@ def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
     rec = json.loads(path.read_text(encoding="utf-8"))
     meta = rec["meta"]
     assert rec["schema"] == records.SCHEMA and rec["kind"] == "gpu-metadata"
-    assert meta["dry_run"] is True
+    assert meta["dry_run"] is True and "partial" not in meta  # the checkpoint replaced
     assert tuple(meta["formats"]) == records.schedules()
     assert meta["calls_per_graph"] == benchmark_metadata.CALLS_PER_GRAPH
     for key in ("date", "device", "driver", "torch", "nvrtc", "command", "commit"):
@@ -205,6 +205,31 @@ def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
     targets = make_tables.region_targets(found)
     assert "| batch <= 4096: <= 1.5x the empty-kernel floor | 4.00x" in targets
     assert "missed" in targets and "no record" in targets
+
+
+def test_a_metadata_run_stopped_in_its_tuning_table_leaves_its_rows(tmp_path, monkeypatch):
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # the run stops here (a time limit would kill it)
+
+    monkeypatch.setattr(benchmark_metadata, "tuning_rows", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        benchmark_metadata.main(["--dry-run", "--out", str(tmp_path), "--batches", "1,1024"])
+    (path,) = tmp_path.glob("*-dry-run.json")
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    assert rec["meta"]["partial"] == benchmark_metadata.PARTIAL
+    assert rec["tuning"] == [] and rec["cold"] is None
+    modes = benchmark_metadata.MODES
+    assert len(rec["rows"]) == len(modes) * 2 * len(rec["meta"]["formats"])
+    # as if timed: the generator refuses it, the A/B table reads its rows
+    rec["meta"]["dry_run"] = False
+    for r in rec["rows"]:
+        r["us"] = {"min": 1.0, "median": 2.0, "max": 3.0, "n": 5}
+    path.write_text(json.dumps(rec), encoding="utf-8")
+    with pytest.raises(make_tables.RecordError, match="partial record"):
+        make_tables.load_records(tmp_path)
+    (entry, *_) = compare_records.compare(compare_records.load([str(path)]),
+                                          compare_records.load([str(path)]))
+    assert entry["ratio"] == 1.0 and entry["before"] == [2.0]
 
 
 def test_absolute_targets_name_the_touch_floor_and_a_limit_below_it():
