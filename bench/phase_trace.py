@@ -49,7 +49,8 @@ PREFIXED, SEARCHED = 12, 13  # a whole batch in one block: prefix keys written, 
 SPANS = ((RESIDENT, "resident slab rows"), (RELOAD, "reloads"), (REEMIT, "reloaded rows"),
          (PARTS, "register slab parts"))
 CASES = [  # (format, mode, batch)
-    ("smxx", "varlen/runs=1..16", 1), ("smxx", "next_n=1", 1),
+    ("smxx", "varlen/runs=1..16", 1), ("sm100", "varlen/runs=1..16", 1),
+    ("smxx", "next_n=1", 1),
     ("smxx", "varlen/runs=1..16", 1024), ("sm100", "varlen/runs=1..16", 1024),
     ("smxx", "varlen/runs=1..16", 8192), ("sm100", "varlen/runs=1..16", 8192),
     ("smxx", "next_n=1", 8192),
