@@ -381,12 +381,6 @@ struct Engine : F {
     };
     typedef PlacerOf<Work> Placer;
 
-    // Narrow rows: a 64-bit format whose total fits 32 bits (uniform: every block has
-    // the total) places the rows of a chunked grid's phase 2 with 32-bit sums (every
-    // prefix of the batch is at most the total), the chain of "smxx"'s; the 64-bit
-    // placement stays for larger totals and for the single-block variants.
-    enum { kNarrowRows = sizeof(Work) == 8 };
-
     // Whether a walk of the slice whose summary is `own`, after `before` (a prefix of
     // the batch), can place a row: some SM starts before the slice's end. Asked only
     // where kSkipWalks: sums that never wrap, and blocks of 1024 threads, whose chunked
@@ -520,14 +514,12 @@ struct Engine : F {
     }
 
     // Scans a slab reloaded into the tile and writes its rows (see emit_scanned).
-    template <class W = Work>
     __device__ __forceinline__ static void emit_reloaded(u32* tile, u32 lo, u32 n, S carry,
                                                          Work total, u32 batch, u32 mult,
                                                          Sms num_sms, int* __restrict__ out,
                                                          Scratch& sc) {
         const Scan t = scan_tile(tile, lo, n, mult, sc);
-        emit_scanned<W>(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out,
-                        sc);
+        emit_scanned(tile, t, lo, n, carry, total, false, false, batch, mult, num_sms, out, sc);
     }
 
     // --- chunked variant: one cooperative launch ---------------------------------------
@@ -1114,15 +1106,17 @@ struct Engine : F {
             return s <= num_sms && F::sm_start(s, q, r, num_sms) < end;
         };
         // The block's last slab, still in shared memory: where the grid is about a
-        // slab per block (up to 2^20 or so), the only one with rows. A 64-bit format
-        // places them in 32 bits when the total fits (kNarrowRows; uniform). The slabs
-        // below keep Work: every narrow copy of the placement (all of it is inlined)
-        // lengthens NVRTC's compile, and blocks of many slabs spend their time streaming.
+        // slab per block (up to 2^20 or so), the only one with rows. Narrow rows: when
+        // the total fits 32 bits (uniform: every block has it), they are placed with
+        // 32-bit sums (every prefix of the batch is at most the total), the chain of
+        // "smxx"'s, whose Work is 32 bits anyway (the test is then constant and the
+        // two calls one). The slabs below keep Work: every narrow copy of the placement
+        // (all of it is inlined) lengthens NVRTC's compile, and blocks of many slabs
+        // spend their time streaming; the single-block variants search 32-bit keys.
         const S carry_last = S::compose(carry, before_kept);  // every slab before j1 - 1
         if (j1 == slabs || starts_in(carry_last, kept.block)) {
             const u32 lo = (j1 - 1u) * CHUNK, n = min(CHUNK, batch - lo);
-            bool narrow = false;
-            if constexpr (kNarrowRows) narrow = ((u64)total >> 32) == 0u;
+            const bool narrow = ((u64)total >> 32) == 0u;
             if (narrow)
                 emit_scanned<u32>(tile, kept, lo, n, carry_last, total, false, j1 == slabs,
                                   batch, mult, num_sms, out, sc);
