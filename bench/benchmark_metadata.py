@@ -457,13 +457,14 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     out_dir = args.out or (None if args.dry_run else records.REPO / "docs" / "benchmarks")
-    written = []
+    name = None  # the file's, from the first record written (the checkpoint)
 
     def save(record: dict) -> Path:
-        name = ("dry-run" if args.dry_run else records.slug(record["meta"]["device"]))
-        path = records.write_record(record, out_dir, f"{record['meta']['date']}-{name}.json")
-        written.append(path)
-        return path
+        nonlocal name
+        if name is None:
+            who = "dry-run" if args.dry_run else records.slug(record["meta"]["device"])
+            name = f"{record['meta']['date']}-{who}.json"
+        return records.write_record(record, out_dir, name)
 
     def checkpoint(record: dict) -> None:
         print(f"partial record (timed rows only, replaced at the end): {save(record)}",
@@ -475,11 +476,7 @@ def main(argv=None) -> int:
     print()
     print(make_tables.gpu_table(record))
     if out_dir is not None:
-        path = save(record)
-        for stale in written[:-1]:  # a checkpoint of another name (the date moved on)
-            if stale != path:
-                stale.unlink(missing_ok=True)
-        print(f"record: {path}")
+        print(f"record: {save(record)}")
     bad = [r for r in record["rows"] if r["exact"] is not True
            or (r["torch_ops"] and r["torch_ops"]["exact"] is not True)]
     bad += [r for r in record["tuning"] for c in r["configs"].values() if c["exact"] is not True]
