@@ -152,6 +152,14 @@ def test_dry_timer_catches_a_call_that_writes_nothing_or_the_wrong_rows():
 
 # --- the scripts' dry runs ----------------------------------------------------------------
 
+def _as_timed(rec: dict) -> dict:
+    """A dry run's record as if its rows had been timed (2 us each, 1-3 us spread)."""
+    rec["meta"]["dry_run"] = False
+    for r in rec["rows"]:
+        r["us"] = {"min": 1.0, "median": 2.0, "max": 3.0, "n": 5}
+    return rec
+
+
 def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
     rc = benchmark_metadata.main(["--dry-run", "--out", str(tmp_path), "--batches", "1,1024"])
     assert rc == 0
@@ -187,10 +195,8 @@ def test_metadata_dry_run_writes_a_full_record(tmp_path, capsys):
     with pytest.raises(make_tables.RecordError, match="dry-run"):
         make_tables.load_records(tmp_path)
     # ... and renders every region from a record of this shape
-    real = copy.deepcopy(rec)
-    real["meta"]["dry_run"] = False
+    real = _as_timed(copy.deepcopy(rec))
     for r in real["rows"]:
-        r["us"] = {"min": 1.0, "median": 2.0, "max": 3.0, "n": 5}
         if r["torch_ops"]:
             r["torch_ops"]["us"] = {"min": 40.0, "median": 50.0, "max": 60.0, "n": 5}
     for t in real["touch"]:
@@ -221,10 +227,7 @@ def test_a_metadata_run_stopped_in_its_tuning_table_leaves_its_rows(tmp_path, mo
     modes = benchmark_metadata.MODES
     assert len(rec["rows"]) == len(modes) * 2 * len(rec["meta"]["formats"])
     # as if timed: the generator refuses it, the A/B table reads its rows
-    rec["meta"]["dry_run"] = False
-    for r in rec["rows"]:
-        r["us"] = {"min": 1.0, "median": 2.0, "max": 3.0, "n": 5}
-    path.write_text(json.dumps(rec), encoding="utf-8")
+    path.write_text(json.dumps(_as_timed(rec)), encoding="utf-8")
     with pytest.raises(make_tables.RecordError, match="partial record"):
         make_tables.load_records(tmp_path)
     (entry, *_) = compare_records.compare(compare_records.load([str(path)]),
