@@ -17,7 +17,9 @@ times the same kernel, arguments and workspace launched
 and the empty kernel launched the same three ways with the same grid and block size.
 Same graph shape as bench/benchmark_metadata.py (calls per graph, replays, repeats;
 no PDL, as there); each timed output is compared with jitmeta.reference_schedule
-after the replays. An experiment record (not read by bench/make_tables.py):
+after the replays. Each mode is also launched eagerly, in bench/benchmark_host.py's
+loops (200 launches, the launches alone and the loop with its synchronize): what an
+eager call's launch costs the host, and the GPU, in each mode. An experiment record (not read by bench/make_tables.py):
 ``<date>-<device>-launch-modes.json``.
 
     python bench/launch_modes.py [--out DIR]
@@ -37,6 +39,7 @@ from jitmeta.jit import runtime
 from jitmeta.kernels.paged_mqa import ARG_TYPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark_host as host  # noqa: E402
 import benchmark_metadata as bm  # noqa: E402
 import records  # noqa: E402
 import touch as floors_mod  # noqa: E402
@@ -53,6 +56,7 @@ CASES = [
     ("sm100", "varlen/runs=1..16", 16384, None),
     ("smxx", "next_n=1", 16384, None),
     ("smxx", "varlen/runs=1..16", 65536, None),
+    ("smxx", "varlen/runs=2", 65536, None),  # the chunked case of bench/benchmark_host.py
     ("smxx", "varlen/runs=1..16", 65536, {"JITMETA_VARIANT": "chunked", "JITMETA_CHUNK": 4096,
                                           "JITMETA_THREADS": 512}),
     ("sm100", "varlen/runs=1..16", 65536, {"JITMETA_VARIANT": "chunked",
@@ -128,6 +132,15 @@ def launcher(fn, grid: int, threads: int, smem: int, args: tuple, mode: str):
     return call
 
 
+def eager_loops(go) -> dict:
+    """Microseconds per eager launch of ``go``, both of bench/benchmark_host.py's loop
+    methods ("calls": the launches alone; "calls+sync": with the final synchronize)."""
+    return {method: records.spread(host.loop_us(go, host.LOOP_CALLS, host.LOOP_RUNS,
+                                                torch.cuda.synchronize,
+                                                method == "calls+sync"))
+            for method in ("calls", "calls+sync")}
+
+
 def run(out_dir: Path | None) -> int:
     timer = bm.GraphTimer(bm.CALLS_PER_GRAPH, bm.REPLAYS, bm.REPEATS, False)
     meta_dev = records.gpu_meta()
@@ -150,7 +163,7 @@ def run(out_dir: Path | None) -> int:
         fits, why = cluster_fits(lc.function, lc.grid, lc.threads, lc.smem)
         row = {"format": fmt, "mode": mode, "batch": batch, "forced": forced,
                "code": p.code.name, "grid": lc.grid, "threads": lc.threads,
-               "cluster": why, "kernel": {}, "empty": {}}
+               "cluster": why, "kernel": {}, "empty": {}, "eager": {}, "eager_empty": {}}
         for how in MODES:
             if how == "cluster" and not fits:
                 continue
@@ -165,11 +178,17 @@ def run(out_dir: Path | None) -> int:
                 return out
             timing, exact = timer.measure(kernel, want)
             row["kernel"][how] = {"us": timing, "exact": exact}
+            row["eager"][how] = eager_loops(go)
+            out.fill_(-1)
+            go()
+            torch.cuda.synchronize()
+            row["eager"][how]["exact"] = torch.equal(out, want)
             e_fits = how != "cluster" or cluster_fits(empty_fn, lc.grid, lc.threads, 0)[0]
             if e_fits:
                 e_go = launcher(empty_fn, lc.grid, lc.threads, 0, (0,) * 8, how)
                 e_timing, _ = timer.measure(e_go)
                 row["empty"][how] = {"us": e_timing}
+                row["eager_empty"][how] = eager_loops(e_go)
         rows.append(row)
         cells = "  ".join(
             f"{how} {bm._fmt(row['kernel'][how]['us'])}"
@@ -178,6 +197,11 @@ def run(out_dir: Path | None) -> int:
             for how in MODES if how in row["kernel"])
         print(f"{fmt:5s} {mode:18s} {batch:8d} grid {lc.grid:3d}x{lc.threads:4d} "
               f"{'forced ' if forced else ''}{cells}  [{why}]", flush=True)
+        for how in row["eager"]:
+            e, z = row["eager"][how], row["eager_empty"].get(how, {})
+            print(f"    eager {how:11s} launches {bm._fmt(e['calls'])}, with the sync "
+                  f"{bm._fmt(e['calls+sync'])}{'' if e['exact'] else ' WRONG'} (empty "
+                  f"{bm._fmt(z.get('calls'))}, {bm._fmt(z.get('calls+sync'))})", flush=True)
         del ctx, idx
     meta = dict(records.base_meta(sys.argv[1:], "launch_modes.py"), **meta_dev)
     meta.update({"num_sms": bm.NUM_SMS, "calls_per_graph": bm.CALLS_PER_GRAPH,
@@ -190,7 +214,8 @@ def run(out_dir: Path | None) -> int:
         path = records.write_record(
             record, out_dir, f"{meta['date']}-{records.slug(meta['device'])}-launch-modes.json")
         print(f"record: {path}")
-    bad = [r for r in rows for v in r["kernel"].values() if not v["exact"]]
+    bad = [r for r in rows for part in ("kernel", "eager") for v in r[part].values()
+           if not v["exact"]]
     return 1 if bad else 0
 
 
