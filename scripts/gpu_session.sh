@@ -24,6 +24,11 @@ cd /tmp   # import the installed package, not the checkout
 repo=$OLDPWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, jitmeta; print('torch', torch.__version__, 'jitmeta', jitmeta.__version__)" | tee -a "$OUT/device.txt"
+# The commit the records will name: JITMETA_BENCH_COMMIT, else the copy's own git
+# metadata, which a copied tree may carry from an older checkout (set the variable).
+python3 -c "import sys; sys.path.insert(0, '$repo/bench'); import records
+print('records name commit', records.git_commit())" | tee -a "$OUT/device.txt"
+[ -n "${JITMETA_BENCH_COMMIT:-}" ] || echo "warning: JITMETA_BENCH_COMMIT is not set: the records name the copy's git HEAD, which may not be the tree that ran" | tee -a "$OUT/device.txt"
 # Where version $1 is installed: "before" (the package in .before/, an earlier
 # version), "after" (this one) or a commit unpacked in .lab/<commit>/ (kernelab).
 site_of() {
