@@ -19,8 +19,8 @@ Same graph shape as bench/benchmark_metadata.py (calls per graph, replays, repea
 no PDL, as there); each timed output is compared with jitmeta.reference_schedule
 after the replays. Each mode is also launched eagerly, in bench/benchmark_host.py's
 loops (200 launches, the launches alone and the loop with its synchronize): what an
-eager call's launch costs the host, and the GPU, in each mode. An experiment record (not read by bench/make_tables.py):
-``<date>-<device>-launch-modes.json``.
+eager call's launch costs the host, and the GPU, in each mode. An experiment record
+(not read by bench/make_tables.py): ``<date>-<device>-launch-modes.json``.
 
     python bench/launch_modes.py [--out DIR]
 """

@@ -24,8 +24,12 @@ cd /tmp   # import the installed package, not the checkout
 repo=$OLDPWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, jitmeta; print('torch', torch.__version__, 'jitmeta', jitmeta.__version__)" | tee -a "$OUT/device.txt"
-# The commit the records will name: JITMETA_BENCH_COMMIT, else the copy's own git
-# metadata, which a copied tree may carry from an older checkout (set the variable).
+# The commit every stage's records name: JITMETA_BENCH_COMMIT when set, else the
+# copy's git ("unknown" without one). Set it to the hash written out in the device
+# command (JITMETA_BENCH_COMMIT=abc1234, from `git rev-parse --short HEAD` on the build
+# machine): a $(git ...) there runs on the device, where the copied tree's .git may be
+# older than the tree (seen on 2026-12-03, 2026-12-06 and 2026-12-08: the copy's .git
+# stayed at the session's first commit).
 python3 -c "import sys; sys.path.insert(0, '$repo/bench'); import records
 print('records name commit', records.git_commit())" | tee -a "$OUT/device.txt"
 [ -n "${JITMETA_BENCH_COMMIT:-}" ] || echo "warning: JITMETA_BENCH_COMMIT is not set: the records name the copy's git HEAD, which may not be the tree that ran" | tee -a "$OUT/device.txt"
@@ -117,16 +121,10 @@ for stage in $stages; do
       done ;;
     bench)
       # < 6 minutes on an H200 in all (each script prints a progress line per case).
-      # The records name the commit: JITMETA_BENCH_COMMIT when set, else the copy's git.
-      # Set it to the hash written out in the device command (JITMETA_BENCH_COMMIT=abc1234,
-      # taken from `git rev-parse --short HEAD` on the build machine): a $(git ...) in that
-      # command runs on the device, where the copied tree's .git may be older than the
-      # tree (seen on 2026-12-03 and 2026-12-06: the copy's .git stayed at the session's
-      # first commit). Both records go to $OUT; copy them to docs/benchmarks/ and run
-      # python bench/make_tables.py. A metadata run cut by its timeout leaves a record
-      # of its timed rows (meta.partial): for experiments/, not for the tables.
-      git -C "$repo" rev-parse HEAD > /dev/null 2>&1 || [ -n "${JITMETA_BENCH_COMMIT:-}" ] ||
-        echo "note: no .git and no JITMETA_BENCH_COMMIT: the records will say commit unknown"
+      # The records name the commit printed at the top. Both records go to $OUT; copy
+      # them to docs/benchmarks/ and run python bench/make_tables.py. A metadata run
+      # cut by its timeout leaves a record of its timed rows (meta.partial): for
+      # experiments/, not for the tables.
       timeout ${JITMETA_BENCH_TIMEOUT:-270} python3 "$repo/bench/benchmark_metadata.py" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
       rc=$((rc | ${PIPESTATUS[0]}))
       timeout ${JITMETA_BENCH_HOST_TIMEOUT:-60} python3 "$repo/bench/benchmark_host.py" --out "$OUT" 2>&1 | tee "$OUT/bench-host.log" | tail -25
