@@ -57,6 +57,10 @@ CONFIGS = {
     "t64/c512": ({"JITMETA_THREADS": 64, "JITMETA_CHUNK": 512}, 1),
     # the single-block variants, for the batches where the planner picks one
     "static": ({"JITMETA_VARIANT": "static"}, 1),
+    # the smallest static tile (1024) at 128 threads: 8 elements a thread, read into
+    # registers with 16-byte loads where the inputs allow (the planner's 256 threads
+    # load 4 each into the tile)
+    "static/t128": ({"JITMETA_VARIANT": "static", "JITMETA_THREADS": 128}, 1),
     "dynamic": ({"JITMETA_VARIANT": "dynamic"}, 1),
 }
 _planner_grid = plan_mod.chunked_grid
