@@ -26,6 +26,8 @@
 //                          a multiple of kTileAlign (8-byte summaries next to a tile)
 //   kLiveFields            the leading 32-bit fields of S that carry anything (those
 //                          after them are padding, always 0: never exchanged or kept)
+//   kEveryLaneScans        whether the single-block variants' warp scans compose on
+//                          every lane (warp_inclusive_scan): for long compositions
 //   segs(ctx)              kv splits of a context length
 //   dense_word(ctx, mult)  the tile word of a dense request (mult: atoms or tokens)
 //   work(S)                the work of a prefix summary (a prefix starts at element 0)
@@ -172,12 +174,23 @@ struct Engine : F {
     }
 
     // Inclusive scan of one summary per lane of a warp (lane 31 gets the warp's).
+    // kEveryLane: every lane composes, those below d with the identity, instead of
+    // branching around the composition (its lanes diverge at every step). The
+    // single-block variants of a format with a long composition (F::kEveryLaneScans)
+    // scan so; the chunked kernels keep the branch (measured on an H100: every lane
+    // composing shortened the "sm100" varlen single-block scans and lengthened the
+    // chunked ones).
+    template <bool kEveryLane = false>
     __device__ __forceinline__ static S warp_inclusive_scan(S v) {
         const int lane = threadIdx.x & 31;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
             const S o = v.shfl_up(d);
-            if (lane >= d) v = S::compose(o, v);
+            if constexpr (kEveryLane) {
+                v = S::compose(lane >= d ? o : S::identity(), v);
+            } else {
+                if (lane >= d) v = S::compose(o, v);
+            }
         }
         return v;
     }
@@ -194,15 +207,17 @@ struct Engine : F {
     // Also empties the row queue (between its first two barriers, where nothing reads
     // broadcast[1]; whatever read the queue last did so before a barrier that precedes
     // this call).
+    template <bool kEveryLane = false>
     __device__ __forceinline__ static S block_exclusive_scan(S v, Scratch& sc,
                                                              S* block_total) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        const S inc = warp_inclusive_scan(v);
+        const S inc = warp_inclusive_scan<kEveryLane>(v);
         const S exc = warp_exclusive(inc);
         if (lane == 31) sc.warp[warp] = inc;
         __syncthreads();
         if (warp == 0) {
-            const S winc = warp_inclusive_scan(lane < kWarps ? sc.warp[lane] : S::identity());
+            const S winc =
+                warp_inclusive_scan<kEveryLane>(lane < kWarps ? sc.warp[lane] : S::identity());
             const S wexc = warp_exclusive(winc);  // every lane shuffles
             if (lane < kWarps) sc.warp[lane] = wexc;
             if (lane == 31) sc.broadcast[0] = winc;
@@ -293,6 +308,8 @@ struct Engine : F {
         *end = min(n, bb + per);
     }
 
+    // (kEveryLane: as in warp_inclusive_scan.)
+    template <bool kEveryLane = false>
     __device__ __forceinline__ static Scan scan_tile(const u32* tile, u32 lo, u32 n,
                                                            u32 mult, Scratch& sc) {
         Scan t;
@@ -300,9 +317,9 @@ struct Engine : F {
         t.after = 0u;
         if constexpr (kSkipWalks) {
             t.own = F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after);
-            t.before = block_exclusive_scan(t.own, sc, &t.block);
+            t.before = block_exclusive_scan<kEveryLane>(t.own, sc, &t.block);
         } else {
-            t.before = block_exclusive_scan(
+            t.before = block_exclusive_scan<kEveryLane>(
                 F::summarize_slice(tile, lo, t.b, t.end, mult, &t.after), sc, &t.block);
         }
         return t;
@@ -796,8 +813,8 @@ struct Engine : F {
     // past the batch, no work). TILE: also writes them into tile elements 0..n-1 and
     // the halo into element n (put_words). For inputs reg_capable() accepts: only the
     // thread holding the batch's end, if it is not a multiple of 8, loads element by
-    // element.
-    template <u32 CHUNK, bool TILE>
+    // element. (kEveryLane: as in warp_inclusive_scan.)
+    template <u32 CHUNK, bool TILE, bool kEveryLane = false>
     __device__ __forceinline__ static Scan reg_scan(u32* tile, const int* __restrict__ ctx,
                                                           const int* __restrict__ idx, u32 lo,
                                                           u32 n, u32 batch, u32 mult,
@@ -824,9 +841,10 @@ struct Engine : F {
         t.after = VARLEN ? w[8] : 0u;  // (the halo when the slice ends the slab)
         if constexpr (kSkipWalks) {
             t.own = fold_words(w, lo, pos, mult);
-            t.before = block_exclusive_scan(t.own, sc, &t.block);
+            t.before = block_exclusive_scan<kEveryLane>(t.own, sc, &t.block);
         } else {
-            t.before = block_exclusive_scan(fold_words(w, lo, pos, mult), sc, &t.block);
+            t.before = block_exclusive_scan<kEveryLane>(fold_words(w, lo, pos, mult), sc,
+                                                        &t.block);
         }
         // (the scan's barriers order the tile writes before any read of another slice)
         return t;
@@ -859,7 +877,9 @@ struct Engine : F {
             if (reg_capable(ctx, idx, next_n)) {  // uniform
                 u32 w[9];
                 const Scan t =
-                    reg_scan<CAPACITY, false>(tile, ctx, idx, 0u, batch, batch, mult, sc, w);
+                    reg_scan<CAPACITY, false, F::kEveryLaneScans != 0>(tile, ctx, idx, 0u,
+                                                                       batch, batch, mult,
+                                                                       sc, w);
                 if (emit_whole<8u>([&w](u32 k) { return w[k]; }, tile, t, batch, batch, mult,
                                    num_sms, out))
                     return;
@@ -872,7 +892,7 @@ struct Engine : F {
         }
         load_tile(tile, ctx, idx, 0u, batch, batch, next_n, mult);
         __syncthreads();
-        const Scan t = scan_tile(tile, 0u, batch, mult, sc);
+        const Scan t = scan_tile<F::kEveryLaneScans != 0>(tile, 0u, batch, mult, sc);
         emit_scanned(tile, t, 0u, batch, S::identity(), 0u, true, true, batch, mult,
                      num_sms, out, sc);
     }

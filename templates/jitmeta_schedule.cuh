@@ -71,6 +71,7 @@ struct Schedule {
     static constexpr u32 kSlotWords = 8;  // a summary has at most 4 fields
     static constexpr u32 kLiveFields = sizeof(S) / 4;  // no padding
     static constexpr u32 kTileAlign = 1;  // 4-byte summaries: no alignment needed
+    enum { kEveryLaneScans = 0 };  // short compositions: predicated (Engine::whole)
 
     __device__ __forceinline__ static u32 segs(int ctx) {
         return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;

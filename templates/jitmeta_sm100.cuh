@@ -73,8 +73,13 @@ template <> struct Sm100Summary<true> {
     __device__ __forceinline__ static Sm100Summary compose(const Sm100Summary& a,
                                                            const Sm100Summary& b) {
         const bool has = a.lastb != kNone;  // b's leading run end started at a.lastb
+        // closed = a.closed + b.closed - b.lead_seg * a.lastb (when has): a signed
+        // 32 x 32 product added modulo 2^64, one multiply-add with no branch. Both
+        // factors are below 2^31 (lead_seg is masked to 31 bits; a token index is below
+        // the batch, whose tokens the API keeps within int32).
+        const int back = has ? -(int)a.lastb : 0;
         Sm100Summary c;
-        c.closed = a.closed + b.closed - (has ? (u64)b.lead_seg * a.lastb : 0ull);
+        c.closed = a.closed + b.closed + (u64)((long long)back * (int)b.lead_seg);
         c.lead_seg = has ? a.lead_seg : a.lead_seg + b.lead_seg;  // one of them is 0
         c.lastb = b.lastb != kNone ? b.lastb : a.lastb;
         return c;
@@ -99,6 +104,10 @@ struct Sm100 {
     static constexpr u32 kSlotWords = 8;  // 4 / 2 fields of 32 bits
     static constexpr u32 kLiveFields = VARLEN ? 4 : 2;  // no padding
     static constexpr u32 kTileAlign = 2;  // 8-byte summaries share the block's smem
+    // The single-block variants' scans compose on every lane (Engine::whole): varlen's
+    // composition is long enough that branching around it cost more. (An enumerator:
+    // see Engine's kSkipWalks.)
+    enum { kEveryLaneScans = VARLEN };
 
     __device__ __forceinline__ static u32 segs(int ctx) {
         return ((u32)ctx + (SPLIT_KV - 1u)) / SPLIT_KV;
@@ -262,8 +271,12 @@ struct Sm100 {
             const u32 prev = e ? tile[pad(e - 1u)] : 0u;
             return make_int2((int)(e * next_n), (int)((x - prev) / next_n));
         } else {
-            const u32 rs = run_start(tile, e);  // the run [rs, e] holds x
-            const u32 prev = rs ? tile[pad(rs - 1u)] & kSegMask : 0u;
+            // e holds the first key past x, so it ends a run [rs, e]; no token before
+            // it in that run ends one, so their keys all equal the key before rs: the
+            // key of e - 1 (0 for none) is the work before the run, read beside the
+            // run start's search instead of after it
+            const u32 prev = e ? tile[pad(e - 1u)] & kSegMask : 0u;
+            const u32 rs = run_start(tile, e);
             return make_int2((int)rs, (int)((x - prev) / (e - rs + 1u)));
         }
     }

@@ -320,7 +320,7 @@ SKIP_WALKS_AT_64 = (r"kSkipWalkThreads = 1024 \}", "kSkipWalkThreads = 64 }")
 
 MUTANTS = [
     ("leading run end resolved with run start 0",
-     [(r"\(has \? \(u64\)b\.lead_seg \* a\.lastb : 0ull\)", "0ull")],
+     [(r"const int back = has \? -\(int\)a\.lastb : 0;", "const int back = 0;")],
      ("static", "chunked"), ("varlen",)),
     ("leading run end's weight from position 0 not kept",
      [(r"s\.closed \+= \(u64\)seg \* \(t \+ 1u - \(lead \? 0u : s\.lastb\)\);",
